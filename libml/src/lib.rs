@@ -1,0 +1,15 @@
+//! libml — the runtime every kneepoint inference function (IF) is built on.
+//!
+//! An IF is a separate process that dequeues request fragments from its
+//! `if-manager` ring, reassembles them into a pinned input pool, batches
+//! them under a latency SLO, runs a model and answers on the wire.
+//!
+//! Modules:
+//! - [`wire`]: the sans-IO codec of PROTOCOL.md (request fragments,
+//!   responses and errors) and of the Ethernet/IPv4/UDP frames that carry
+//!   them. It takes bytes and returns typed views or errors; it never
+//!   panics on untrusted input and holds no `unsafe`.
+
+#![deny(unsafe_code)]
+
+pub mod wire;

@@ -1,0 +1,1 @@
+//! placeholder while the wire codec is written
