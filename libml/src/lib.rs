@@ -9,7 +9,10 @@
 //!   responses and errors) and of the Ethernet/IPv4/UDP frames that carry
 //!   them. It takes bytes and returns typed views or errors; it never
 //!   panics on untrusted input and holds no `unsafe`.
+//! - [`answered`]: a fixed-size, time-bounded memory of answered requests,
+//!   so that fragments arriving after an answer do not cause a second one.
 
 #![deny(unsafe_code)]
 
+pub mod answered;
 pub mod wire;
