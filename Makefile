@@ -1,0 +1,47 @@
+# kneepoint — the two commands a new user needs are `make demo` and `make test`.
+# Both run scripts/setup.sh first when the machine is missing something
+# (apt packages, hugepages, the Python venv); it needs root.
+
+CARGO   ?= cargo
+PROFILE ?= release
+CARGO_FLAGS := --profile $(PROFILE) --locked
+
+.PHONY: all setup build test unit-test e2e-test demo bench fuzz lint fmt clean
+
+all: build
+
+# Cheap when everything is there: --check changes nothing and exits 0.
+setup:
+	@scripts/setup.sh --check >/dev/null 2>&1 || scripts/setup.sh
+
+build: setup
+	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
+
+# Unit and property tests of every crate, then the cross-process tests
+# (DPDK primary + secondaries, pcap and veth), one at a time: each runs
+# polling DPDK processes and the machine has 2 cores.
+test: build
+	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
+	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
+
+demo: build
+	scripts/demo.sh
+
+bench: build
+	scripts/bench-if-manager.sh
+
+# Needs nightly and cargo-fuzz (cargo install cargo-fuzz); SECONDS per target.
+FUZZ_SECONDS ?= 60
+fuzz:
+	cd libml/fuzz && for t in parse_fragment parse_frame; do \
+	  cargo +nightly fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+clean:
+	$(CARGO) clean

@@ -1,0 +1,304 @@
+//! Registration of inference functions and stats, over ZeroMQ.
+//!
+//! The if-manager serves a REP socket (`--control ENDPOINT`). Each request
+//! is one JSON object with a `cmd` field; each gets exactly one JSON reply,
+//! `{"ok": true, ...}` or `{"ok": false, "error": "why"}`. A malformed or
+//! impossible command changes nothing.
+//!
+//! | command | fields | effect / reply |
+//! |---|---|---|
+//! | `register` | `if_id`, optional `ring_size` (power of two) | creates ring `kp_if_<id>` and routes `if_id` to it; replies the ring, TX ring and mempool names |
+//! | `unregister` | `if_id` | stops routing, drains and frees the ring; replies how many fragments were still queued |
+//! | `routes` | | the registered IFs and their counters |
+//! | `stats` | | all counters, as in the final report |
+//! | `shutdown` | | stops the if-manager as SIGTERM does |
+//!
+//! Parsing ([`Command::parse`]) is separate from acting ([`Registry`]), so
+//! the protocol is tested without a socket or DPDK.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use dpdk::{MbufBurst, Ring, RingFlags, SocketId};
+use libml::wire::IfId;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::config::names;
+use crate::outcome::Counters;
+use crate::routes::{IfCounters, Route, RouteUpdate};
+
+/// One control command.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Command {
+    /// Route `if_id` to a new ring.
+    Register {
+        /// The inference function's id.
+        if_id: u16,
+        /// Ring size (power of two); the if-manager's default if absent.
+        ring_size: Option<u32>,
+    },
+    /// Stop routing `if_id` and free its ring.
+    Unregister {
+        /// The inference function's id.
+        if_id: u16,
+    },
+    /// List registered IFs.
+    Routes,
+    /// All counters.
+    Stats,
+    /// Stop the if-manager.
+    Shutdown,
+}
+
+impl Command {
+    /// Parses one request; the error says what is wrong with it.
+    pub fn parse(bytes: &[u8]) -> Result<Command, String> {
+        serde_json::from_slice(bytes).map_err(|e| format!("bad command: {e}"))
+    }
+}
+
+/// A reply that reports failure.
+pub fn error_reply(why: impl std::fmt::Display) -> Value {
+    json!({ "ok": false, "error": why.to_string() })
+}
+
+/// The registered inference functions, as the control side knows them.
+#[derive(Debug)]
+pub struct Registry {
+    updates: Sender<RouteUpdate<Ring>>,
+    socket: SocketId,
+    default_ring_size: u32,
+    ifs: BTreeMap<IfId, RegisteredIf>,
+}
+
+#[derive(Debug)]
+struct RegisteredIf {
+    ring_name: String,
+    ring_size: u32,
+    counters: Arc<IfCounters>,
+}
+
+/// How long an unregister waits for the RX lcore to let go of a ring. The
+/// RX loop applies updates at least every ~200 µs, even when idle.
+const UNREGISTER_WAIT: Duration = Duration::from_secs(2);
+
+impl Registry {
+    /// A registry that sends route changes to the RX lcore over `updates`.
+    pub fn new(updates: Sender<RouteUpdate<Ring>>, socket: SocketId, default_ring_size: u32) -> Self {
+        Registry {
+            updates,
+            socket,
+            default_ring_size,
+            ifs: BTreeMap::new(),
+        }
+    }
+
+    /// Creates `if_id`'s ring and routes fragments to it.
+    pub fn register(&mut self, if_id: IfId, ring_size: Option<u32>) -> Result<Value, String> {
+        if self.ifs.contains_key(&if_id) {
+            return Err(format!("{if_id} is already registered"));
+        }
+        let size = ring_size.unwrap_or(self.default_ring_size);
+        if size < 2 || !size.is_power_of_two() {
+            return Err(format!("ring_size {size} is not a power of two >= 2"));
+        }
+        let name = names::if_ring(if_id);
+        // Single producer (the RX lcore), single consumer (the active IF).
+        let flags = RingFlags {
+            single_producer: true,
+            single_consumer: true,
+        };
+        let ring = Ring::create(&name, size, self.socket, flags)
+            .map_err(|e| format!("cannot create ring {name}: {e}"))?;
+        let counters = Arc::new(IfCounters::default());
+        self.updates
+            .send(RouteUpdate::Add(
+                if_id,
+                Route {
+                    ring,
+                    counters: counters.clone(),
+                },
+            ))
+            .map_err(|_| "the RX loop has stopped".to_string())?;
+        self.ifs.insert(
+            if_id,
+            RegisteredIf {
+                ring_name: name.clone(),
+                ring_size: size,
+                counters,
+            },
+        );
+        Ok(json!({
+            "ok": true,
+            "if_id": if_id.0,
+            "ring": name,
+            "ring_size": size,
+            "tx_ring": names::TX_RING,
+            "mempool": names::MEMPOOL,
+        }))
+    }
+
+    /// Stops routing `if_id`, then drains and frees its ring.
+    pub fn unregister(&mut self, if_id: IfId) -> Result<Value, String> {
+        if !self.ifs.contains_key(&if_id) {
+            return Err(format!("{if_id} is not registered"));
+        }
+        let (back_tx, back_rx) = channel();
+        self.updates
+            .send(RouteUpdate::Remove(if_id, back_tx))
+            .map_err(|_| "the RX loop has stopped".to_string())?;
+        let route = back_rx
+            .recv_timeout(UNREGISTER_WAIT)
+            .map_err(|_| format!("the RX loop did not release {if_id}'s ring in time"))?;
+        self.ifs.remove(&if_id);
+        let drained = route.map(|r| drain_ring(&r.ring)).unwrap_or(0);
+        Ok(json!({ "ok": true, "if_id": if_id.0, "drained": drained }))
+    }
+
+    /// The registered IFs and their counters.
+    pub fn routes_json(&self) -> Value {
+        let ifs: Vec<Value> = self
+            .ifs
+            .iter()
+            .map(|(id, r)| {
+                json!({
+                    "if_id": id.0,
+                    "ring": r.ring_name,
+                    "ring_size": r.ring_size,
+                    "delivered": r.counters.delivered.load(Ordering::Relaxed),
+                    "ring_full": r.counters.ring_full.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        Value::Array(ifs)
+    }
+
+    /// Acts on one command. `Stats` and `Shutdown` need the caller's state,
+    /// so they are handled in [`serve`].
+    pub fn handle(&mut self, cmd: &Command) -> Value {
+        let result = match *cmd {
+            Command::Register { if_id, ring_size } => self.register(IfId(if_id), ring_size),
+            Command::Unregister { if_id } => self.unregister(IfId(if_id)),
+            Command::Routes => Ok(json!({ "ok": true, "ifs": self.routes_json() })),
+            Command::Stats | Command::Shutdown => Ok(json!({ "ok": true })),
+        };
+        result.unwrap_or_else(error_reply)
+    }
+}
+
+/// Dequeues and frees every mbuf left on `ring`; returns how many.
+pub fn drain_ring(ring: &Ring) -> u64 {
+    let mut burst = MbufBurst::<32>::new();
+    let mut n = 0;
+    loop {
+        let got = ring.dequeue_burst(&mut burst);
+        if got == 0 {
+            return n;
+        }
+        n += got as u64;
+        burst.clear(); // frees them
+    }
+}
+
+/// Serves the control socket until `stop` is set. Runs on its own thread.
+pub fn serve(
+    endpoint: &str,
+    registry: Arc<Mutex<Registry>>,
+    counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
+) -> Result<(), String> {
+    let ctx = zmq::Context::new();
+    let sock = ctx.socket(zmq::REP).map_err(|e| e.to_string())?;
+    sock.set_rcvtimeo(100).map_err(|e| e.to_string())?;
+    sock.set_linger(0).map_err(|e| e.to_string())?;
+    if let Some(path) = endpoint.strip_prefix("ipc://") {
+        if let Some(dir) = std::path::Path::new(path).parent() {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        }
+    }
+    sock.bind(endpoint)
+        .map_err(|e| format!("cannot bind control socket {endpoint}: {e}"))?;
+    while !stop.load(Ordering::Relaxed) {
+        let msg = match sock.recv_bytes(0) {
+            Ok(m) => m,
+            Err(zmq::Error::EAGAIN) => continue,
+            Err(e) => return Err(format!("control socket: {e}")),
+        };
+        let reply = match Command::parse(&msg) {
+            Err(why) => error_reply(why),
+            Ok(cmd) => {
+                let mut reg = registry.lock().unwrap_or_else(|p| p.into_inner());
+                match cmd {
+                    Command::Stats => {
+                        let mut s = counters.to_json();
+                        s["ifs"] = reg.routes_json();
+                        json!({ "ok": true, "stats": s })
+                    }
+                    Command::Shutdown => {
+                        stop.store(true, Ordering::Relaxed);
+                        json!({ "ok": true })
+                    }
+                    other => reg.handle(&other),
+                }
+            }
+        };
+        sock.send(reply.to_string().as_bytes(), 0)
+            .map_err(|e| format!("control socket: {e}"))?;
+    }
+    if let Some(path) = endpoint.strip_prefix("ipc://") {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_command() {
+        assert_eq!(
+            Command::parse(br#"{"cmd":"register","if_id":3}"#),
+            Ok(Command::Register {
+                if_id: 3,
+                ring_size: None
+            })
+        );
+        assert_eq!(
+            Command::parse(br#"{"cmd":"register","if_id":3,"ring_size":1024}"#),
+            Ok(Command::Register {
+                if_id: 3,
+                ring_size: Some(1024)
+            })
+        );
+        assert_eq!(
+            Command::parse(br#"{"cmd":"unregister","if_id":65535}"#),
+            Ok(Command::Unregister { if_id: 65535 })
+        );
+        assert_eq!(Command::parse(br#"{"cmd":"routes"}"#), Ok(Command::Routes));
+        assert_eq!(Command::parse(br#"{"cmd":"stats"}"#), Ok(Command::Stats));
+        assert_eq!(Command::parse(br#"{"cmd":"shutdown"}"#), Ok(Command::Shutdown));
+    }
+
+    #[test]
+    fn malformed_commands_are_refused_with_a_reason() {
+        for bad in [
+            &b"not json"[..],
+            br#"{"cmd":"launch"}"#,
+            br#"{"cmd":"register"}"#,
+            br#"{"cmd":"register","if_id":70000}"#,
+            br#"{"cmd":"register","if_id":-1}"#,
+            br#"{"cmd":"register","if_id":1,"extra":true}"#,
+            br#"[1,2]"#,
+            b"",
+        ] {
+            let err = Command::parse(bad).unwrap_err();
+            assert!(err.starts_with("bad command: "), "{err}");
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! The poll loop: RX, classify, route, answer unknown IFs, TX.
+//!
+//! One thread (the EAL main lcore, pinned by DPDK) runs [`run`]. Each
+//! iteration it
+//! 1. takes a burst of up to [`RX_BURST`] frames off the RX queue;
+//! 2. classifies each ([`crate::classify`]) and gives it exactly one
+//!    [`Outcome`]: consecutive fragments for the same IF are staged and
+//!    enqueued on that IF's ring in one burst, the mbuf itself, no copy;
+//! 3. turns the first fragment of a request for an unregistered `if_id` into
+//!    its UNKNOWN_IF error *in the same mbuf* (rewritten in place, so the
+//!    error path allocates nothing);
+//! 4. moves finished response frames from the shared TX ring to the NIC,
+//!    keeping what the NIC refused for a bounded number of retries before
+//!    freeing it (counted) — never leaking an mbuf.
+//!
+//! The clock is read every [`CLOCK_EVERY`] iterations (and after every
+//! sleep), not per packet; route updates and the stop flag are checked at
+//! the same ticks.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dpdk::{Mbuf, MbufBurst, Port, QueueId, Ring};
+use libml::wire::{FrameAddr, FragmentRepr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
+
+use libml::answered::{Answer, AnsweredTable};
+use crate::backoff::{IdleAction, IdleBackoff};
+use crate::classify::{classify, DstFilter, Verdict};
+use crate::outcome::{bump, Counters, MalformedReason, Outcome};
+use crate::routes::RouteTable;
+
+/// Frames per RX burst (DPDK's customary 32: enough to amortise the PMD
+/// call, small enough to stay in L1).
+pub const RX_BURST: usize = 32;
+/// Capacity of the pending-TX burst: responses from IFs plus our errors.
+pub const TX_PENDING: usize = 128;
+/// Iterations between clock reads / control checks.
+pub const CLOCK_EVERY: u32 = 64;
+/// Consecutive TX attempts without progress before pending frames are
+/// dropped (a NIC that takes nothing for this long is down or wedged).
+pub const TX_MAX_STALLS: u32 = 1024;
+
+/// Everything the loop needs, owned or borrowed.
+#[derive(Debug)]
+pub struct DataPlane<'a> {
+    /// The port, with one RX and one TX queue.
+    pub port: &'a Port,
+    /// The shared ring IFs put their response frames on.
+    pub tx_ring: &'a Ring,
+    /// Routing table (owned by this loop).
+    pub routes: RouteTable<Ring>,
+    /// Which datagrams are ours.
+    pub filter: DstFilter,
+    /// Requests answered UNKNOWN_IF recently.
+    pub answered: AnsweredTable,
+    /// Counters (this loop is their only writer).
+    pub counters: Arc<Counters>,
+    /// Set by a signal or the control socket to stop the loop.
+    pub stop: Arc<AtomicBool>,
+    /// Exit after this long without RX or TX activity.
+    pub exit_when_idle: Option<Duration>,
+    /// Back-off policy when idle.
+    pub backoff: IdleBackoff,
+}
+
+/// Why the loop returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StopReason {
+    /// SIGINT/SIGTERM or a control `shutdown`.
+    Stopped,
+    /// `--exit-when-idle` elapsed.
+    Idle,
+}
+
+impl StopReason {
+    /// Name in the final report.
+    pub fn name(self) -> &'static str {
+        match self {
+            StopReason::Stopped => "stopped",
+            StopReason::Idle => "idle",
+        }
+    }
+}
+
+const Q0: QueueId = QueueId(0);
+
+impl DataPlane<'_> {
+    /// Runs until stopped; returns why.
+    pub fn run(&mut self) -> StopReason {
+        let start = Instant::now();
+        let mut rx = MbufBurst::<RX_BURST>::new();
+        let mut staged = MbufBurst::<RX_BURST>::new();
+        let mut tx = MbufBurst::<TX_PENDING>::new();
+        let mut now_ns = 0u64;
+        let mut last_activity = start;
+        let mut active_since_tick = false;
+        let mut iter = 0u32;
+        let mut tx_stalls = 0u32;
+        loop {
+            iter = iter.wrapping_add(1);
+            if iter % CLOCK_EVERY == 0 || self.backoff.is_sleeping() {
+                let now = Instant::now();
+                now_ns = now.duration_since(start).as_nanos() as u64;
+                if active_since_tick {
+                    last_activity = now;
+                    active_since_tick = false;
+                }
+                self.routes.apply_updates();
+                if self.stop.load(Ordering::Relaxed) {
+                    self.flush_tx(&mut tx);
+                    return StopReason::Stopped;
+                }
+                if let Some(idle) = self.exit_when_idle {
+                    if tx.is_empty() && self.tx_ring.count() == 0 && now.duration_since(last_activity) >= idle {
+                        return StopReason::Idle;
+                    }
+                }
+            }
+
+            let got = self.port.rx_burst(Q0, &mut rx);
+            if got > 0 {
+                bump(&self.counters.rx_packets, got as u64);
+                self.handle_burst(&mut rx, &mut staged, &mut tx, now_ns);
+            }
+
+            // Responses from IFs, then everything pending, to the NIC.
+            let from_ifs = self.tx_ring.dequeue_burst(&mut tx);
+            bump(&self.counters.tx_from_ifs, from_ifs as u64);
+            let mut sent = 0;
+            if !tx.is_empty() {
+                sent = self.port.tx_burst(Q0, &mut tx);
+                bump(&self.counters.tx_sent, sent as u64);
+                if sent == 0 {
+                    tx_stalls += 1;
+                    if tx_stalls >= TX_MAX_STALLS {
+                        bump(&self.counters.tx_dropped, tx.len() as u64);
+                        tx.clear();
+                        tx_stalls = 0;
+                    }
+                } else {
+                    tx_stalls = 0;
+                }
+            }
+
+            let did_work = got > 0 || from_ifs > 0 || sent > 0;
+            active_since_tick |= did_work;
+            match self.backoff.after_poll(did_work) {
+                IdleAction::Poll => {}
+                IdleAction::Pause => std::hint::spin_loop(),
+                IdleAction::Sleep(d) => std::thread::sleep(d),
+            }
+        }
+    }
+
+    /// Gives every frame of `rx` its outcome.
+    fn handle_burst(
+        &mut self,
+        rx: &mut MbufBurst<RX_BURST>,
+        staged: &mut MbufBurst<RX_BURST>,
+        tx: &mut MbufBurst<TX_PENDING>,
+        now_ns: u64,
+    ) {
+        let mut staged_for = None;
+        for mbuf in rx.drain() {
+            if mbuf.is_segmented() {
+                self.counters.record_malformed(MalformedReason::Segmented);
+                continue; // dropping the Mbuf frees it
+            }
+            match classify(mbuf.data(), &self.filter) {
+                Verdict::NotForUs(reason) => self.counters.record_not_for_us(reason),
+                Verdict::Malformed(reason) => self.counters.record_malformed(reason),
+                Verdict::Fragment { addr, header } => {
+                    if self.routes.get(header.if_id).is_some() {
+                        if staged_for != Some(header.if_id) {
+                            if let Some(prev) = staged_for {
+                                self.enqueue_staged(prev, staged);
+                            }
+                            staged_for = Some(header.if_id);
+                        }
+                        staged.push(mbuf);
+                    } else {
+                        self.answer_unknown_if(mbuf, &addr, &header, tx, now_ns);
+                    }
+                }
+            }
+        }
+        if let Some(prev) = staged_for {
+            self.enqueue_staged(prev, staged);
+        }
+    }
+
+    /// Enqueues the staged fragments on `if_id`'s ring; what does not fit is
+    /// freed and counted as ring-full.
+    fn enqueue_staged(&mut self, if_id: libml::wire::IfId, staged: &mut MbufBurst<RX_BURST>) {
+        let Some(route) = self.routes.get(if_id) else {
+            return; // cannot happen: routes change only between bursts
+        };
+        let n = staged.len() as u64;
+        let enq = route.ring.enqueue_burst(staged) as u64;
+        bump(&route.counters.delivered, enq);
+        self.counters.record_n(Outcome::Delivered, enq);
+        let full = n - enq;
+        if full > 0 {
+            bump(&route.counters.ring_full, full);
+            self.counters.record_n(Outcome::RingFull, full);
+            staged.clear();
+        }
+    }
+
+    /// Answers a fragment for an unregistered IF: the first one of its
+    /// request becomes the UNKNOWN_IF error (rewritten in place in the same
+    /// mbuf); later ones are dropped.
+    fn answer_unknown_if(
+        &mut self,
+        mut mbuf: Mbuf,
+        addr: &FrameAddr,
+        header: &FragmentRepr,
+        tx: &mut MbufBurst<TX_PENDING>,
+        now_ns: u64,
+    ) {
+        let key = RequestKey {
+            src_ip: addr.src_ip,
+            src_port: addr.src_port,
+            if_id: header.if_id,
+            request_id: header.request_id,
+        };
+        match self.answered.first_answer(&key, now_ns) {
+            Answer::AlreadyAnswered => {
+                self.counters.record(Outcome::UnknownIfSuppressed);
+            }
+            Answer::Now { evicted_live } => {
+                if evicted_live {
+                    bump(&self.counters.answered_evictions, 1);
+                }
+                self.counters.record(Outcome::UnknownIfAnswered);
+                if tx.is_full() {
+                    bump(&self.counters.tx_dropped, 1);
+                    return;
+                }
+                if write_error(&mut mbuf, addr, header, Status::UnknownIf) {
+                    tx.push(mbuf);
+                } else {
+                    bump(&self.counters.tx_dropped, 1);
+                }
+            }
+        }
+    }
+
+    /// Last attempts to send what is pending, at shutdown; the rest is freed.
+    fn flush_tx(&mut self, tx: &mut MbufBurst<TX_PENDING>) {
+        for _ in 0..TX_MAX_STALLS {
+            self.tx_ring.dequeue_burst(tx);
+            if tx.is_empty() {
+                return;
+            }
+            let sent = self.port.tx_burst(Q0, tx);
+            bump(&self.counters.tx_sent, sent as u64);
+            if sent == 0 {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        bump(&self.counters.tx_dropped, tx.len() as u64);
+        tx.clear();
+    }
+}
+
+/// Rewrites `mbuf` (holding the request fragment) into an error answer for
+/// it: addressed back to the sender, from the address and port it was sent
+/// to. Returns false if the mbuf cannot hold the answer.
+pub fn write_error(mbuf: &mut Mbuf, addr: &FrameAddr, header: &FragmentRepr, status: Status) -> bool {
+    let reply = addr.reversed();
+    let hdr = reply.header_len();
+    let need = hdr + RESPONSE_HEADER_LEN;
+    if !mbuf.set_len(need) {
+        return false;
+    }
+    let repr = ResponseRepr::error(header.if_id, header.request_id, header.send_ts_ns, status, 0);
+    let buf = mbuf.data_mut();
+    if repr.emit(&mut buf[hdr..]).is_err() {
+        return false;
+    }
+    libml::wire::emit_udp_headers(&reply, RESPONSE_HEADER_LEN, buf).is_ok()
+}

@@ -1,0 +1,133 @@
+//! Which ring each `if_id` goes to, changed at run time without locks.
+//!
+//! The RX lcore owns the routing table outright: a flat array indexed by
+//! `if_id` (65536 entries, so a lookup is one load with no hashing). Other
+//! threads never touch it; they send [`RouteUpdate`]s over a channel that
+//! the RX loop drains every few polls. Removing a route hands the ring back
+//! to the sender, so the ring is drained and freed only once the RX loop can
+//! no longer enqueue on it — no epoch scheme, no `unsafe`.
+//!
+//! Generic over the ring type so it is tested without DPDK.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+
+use libml::wire::IfId;
+
+/// Per-IF counters, shared between the RX lcore (only writer) and readers.
+#[derive(Debug, Default)]
+pub struct IfCounters {
+    /// Fragments enqueued on the IF's ring.
+    pub delivered: AtomicU64,
+    /// Fragments dropped because the IF's ring was full.
+    pub ring_full: AtomicU64,
+}
+
+/// One registered inference function, as the RX lcore sees it.
+#[derive(Debug)]
+pub struct Route<R> {
+    /// The IF's fragment ring.
+    pub ring: R,
+    /// Its counters.
+    pub counters: Arc<IfCounters>,
+}
+
+/// A change to the routing table, sent to the RX lcore.
+#[derive(Debug)]
+pub enum RouteUpdate<R> {
+    /// Route `if_id` to this ring from now on.
+    Add(IfId, Route<R>),
+    /// Stop routing `if_id`; the ring comes back on the sender (`None` if
+    /// there was no route) once the RX lcore has let go of it.
+    Remove(IfId, Sender<Option<Route<R>>>),
+}
+
+/// The RX lcore's routing table.
+#[derive(Debug)]
+pub struct RouteTable<R> {
+    routes: Box<[Option<Route<R>>]>,
+    updates: Receiver<RouteUpdate<R>>,
+}
+
+impl<R> RouteTable<R> {
+    /// An empty table fed by `updates`.
+    pub fn new(updates: Receiver<RouteUpdate<R>>) -> Self {
+        RouteTable {
+            routes: (0..=u16::MAX as usize).map(|_| None).collect(),
+            updates,
+        }
+    }
+
+    /// The route of `if_id`, if one is registered.
+    #[inline]
+    pub fn get(&self, if_id: IfId) -> Option<&Route<R>> {
+        self.routes[usize::from(if_id.0)].as_ref()
+    }
+
+    /// Applies every pending update; returns how many there were.
+    ///
+    /// An `Add` for an `if_id` that already has a route replaces it and the
+    /// old ring is dropped here (the control side refuses duplicates before
+    /// sending, so this does not happen in practice).
+    pub fn apply_updates(&mut self) -> usize {
+        let mut n = 0;
+        loop {
+            match self.updates.try_recv() {
+                Ok(RouteUpdate::Add(id, route)) => {
+                    self.routes[usize::from(id.0)] = Some(route);
+                }
+                Ok(RouteUpdate::Remove(id, back)) => {
+                    let old = self.routes[usize::from(id.0)].take();
+                    // The requester may have given up waiting; then the
+                    // route is simply dropped here.
+                    let _ = back.send(old);
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => return n,
+            }
+            n += 1;
+        }
+    }
+
+    /// Takes every route out of the table (at shutdown, to drain rings).
+    pub fn take_all(&mut self) -> Vec<(IfId, Route<R>)> {
+        self.routes
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, r)| r.take().map(|r| (IfId(i as u16), r)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc::channel;
+
+    #[test]
+    fn adds_and_removes_take_effect_when_applied() {
+        let (tx, rx) = channel();
+        let mut table = RouteTable::<&'static str>::new(rx);
+        assert!(table.get(IfId(3)).is_none());
+        tx.send(RouteUpdate::Add(
+            IfId(3),
+            Route {
+                ring: "ring3",
+                counters: Arc::default(),
+            },
+        ))
+        .unwrap();
+        assert!(table.get(IfId(3)).is_none(), "not before apply_updates");
+        assert_eq!(table.apply_updates(), 1);
+        assert_eq!(table.get(IfId(3)).unwrap().ring, "ring3");
+
+        let (back_tx, back_rx) = channel();
+        tx.send(RouteUpdate::Remove(IfId(3), back_tx.clone())).unwrap();
+        tx.send(RouteUpdate::Remove(IfId(4), back_tx)).unwrap();
+        assert_eq!(table.apply_updates(), 2);
+        assert!(table.get(IfId(3)).is_none());
+        assert_eq!(back_rx.recv().unwrap().unwrap().ring, "ring3");
+        assert!(back_rx.recv().unwrap().is_none(), "no route for if 4");
+        assert!(table.take_all().is_empty());
+    }
+}

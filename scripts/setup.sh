@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Makes a fresh Debian 12 machine ready to build, test and demo kneepoint.
+#
+#   scripts/setup.sh           install what is missing, say what changed
+#   scripts/setup.sh --check   change nothing; exit 0 if ready, 1 if not
+#
+# Idempotent: a second run changes nothing. Needs root (apt, hugepages,
+# hugetlbfs mount). What it sets up:
+#   - Debian packages: DPDK 22.11 runtime + headers, clang/libclang for
+#     bindgen, pkg-config, tcpreplay, iproute2, tcpdump, libpcap, hwloc and
+#     libudev headers, python3-venv;
+#   - a Python venv in .venv/ (inside the repo) with onnx and onnxruntime,
+#     whose libonnxruntime.so is the inference engine's library;
+#   - 2 MiB hugepages (KP_HUGEPAGES, default 1024 = 2 GiB; at least 256)
+#     and a hugetlbfs mount at /dev/hugepages.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+check_only=0
+[[ "${1:-}" == "--check" ]] && check_only=1
+
+APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
+              iproute2 ethtool libpcap-dev libhwloc-dev libudev-dev python3-venv)
+# Pinned so every machine runs the same engine; both come from PyPI wheels.
+PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3")
+HUGEPAGES_WANTED=${KP_HUGEPAGES:-1024}
+HUGEPAGES_MIN=256
+HUGE_MNT=/dev/hugepages
+VENV="$repo/.venv"
+
+changed=()
+missing=()
+say() { printf 'setup: %s\n' "$*"; }
+
+# --- what is missing -------------------------------------------------------
+apt_missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || apt_missing+=("$p")
+done
+((${#apt_missing[@]})) && missing+=("apt packages: ${apt_missing[*]}")
+
+hp_now=$(cat /proc/sys/vm/nr_hugepages 2>/dev/null || echo 0)
+((hp_now >= HUGEPAGES_MIN)) || missing+=("hugepages: $hp_now reserved, need >= $HUGEPAGES_MIN")
+grep -qs " $HUGE_MNT hugetlbfs " /proc/mounts || missing+=("hugetlbfs not mounted at $HUGE_MNT")
+
+venv_ok() {
+  [[ -x "$VENV/bin/python" ]] &&
+    "$VENV/bin/python" - <<'PY' 2>/dev/null
+import importlib.metadata as m, onnx, onnxruntime, numpy
+assert m.version("onnxruntime") == "1.31.1" and m.version("onnx") == "1.23.2"
+PY
+}
+venv_ok || missing+=("python venv $VENV with onnx + onnxruntime")
+
+if ((check_only)); then
+  if ((${#missing[@]})); then
+    for m in "${missing[@]}"; do say "missing: $m"; done
+    exit 1
+  fi
+  say "ready"
+  exit 0
+fi
+
+if ((${#missing[@]} == 0)); then
+  say "nothing to do: the machine is ready"
+  exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]]; then
+  say "must run as root (apt, hugepages, hugetlbfs); missing:"
+  for m in "${missing[@]}"; do say "  $m"; done
+  exit 1
+fi
+
+# --- apt -------------------------------------------------------------------
+if ((${#apt_missing[@]})); then
+  say "installing apt packages: ${apt_missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${apt_missing[@]}" >/dev/null
+  changed+=("installed ${apt_missing[*]}")
+fi
+
+# --- hugepages -------------------------------------------------------------
+hp_now=$(cat /proc/sys/vm/nr_hugepages)
+if ((hp_now < HUGEPAGES_MIN)); then
+  echo "$HUGEPAGES_WANTED" > /proc/sys/vm/nr_hugepages
+  hp_got=$(cat /proc/sys/vm/nr_hugepages)
+  ((hp_got >= HUGEPAGES_MIN)) || { say "could only reserve $hp_got hugepages (need $HUGEPAGES_MIN)"; exit 1; }
+  changed+=("reserved $hp_got x 2 MiB hugepages (was $hp_now)")
+fi
+if ! grep -qs " $HUGE_MNT hugetlbfs " /proc/mounts; then
+  mkdir -p "$HUGE_MNT"
+  mount -t hugetlbfs -o pagesize=2M nodev "$HUGE_MNT"
+  changed+=("mounted hugetlbfs at $HUGE_MNT")
+fi
+
+# --- python venv -----------------------------------------------------------
+if ! venv_ok; then
+  py=$(command -v python3)
+  [[ -x "$VENV/bin/python" ]] || { "$py" -m venv "$VENV"; changed+=("created venv $VENV"); }
+  "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+  changed+=("installed ${PY_PACKAGES[*]} into $VENV")
+  venv_ok || { say "the venv still cannot import onnx/onnxruntime"; exit 1; }
+fi
+
+for c in "${changed[@]}"; do say "changed: $c"; done
+say "ready"
