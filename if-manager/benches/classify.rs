@@ -38,7 +38,8 @@ fn frames(n: usize) -> Vec<Vec<u8>> {
             };
             let len = h.payload_range().expect("valid geometry").len();
             let mut payload = vec![0x5a; HEADER_LEN + len];
-            h.emit_header(&mut payload[..HEADER_LEN]).expect("header fits");
+            h.emit_header(&mut payload[..HEADER_LEN])
+                .expect("header fits");
             let mut buf = vec![0; 1600];
             let n = emit_udp_frame(&addr, &payload, &mut buf).expect("frame fits");
             buf.truncate(n);
@@ -49,12 +50,21 @@ fn frames(n: usize) -> Vec<Vec<u8>> {
 
 fn bench(c: &mut Criterion) {
     let frames = frames(256);
-    let filter = DstFilter { port: 9000, ip: None };
+    let filter = DstFilter {
+        port: 9000,
+        ip: None,
+    };
     let (tx, rx) = channel();
     let mut routes = RouteTable::<u32>::new(rx);
     for id in [1u16, 2] {
-        tx.send(RouteUpdate::Add(IfId(id), Route { ring: u32::from(id), counters: Arc::default() }))
-            .expect("table alive");
+        tx.send(RouteUpdate::Add(
+            IfId(id),
+            Route {
+                ring: u32::from(id),
+                counters: Arc::default(),
+            },
+        ))
+        .expect("table alive");
     }
     routes.apply_updates();
 

@@ -121,13 +121,19 @@ mod tests {
     #[test]
     fn wrong_port_and_wrong_address_are_not_for_us() {
         let f = frame(&addr(9001), &header(), 832);
-        assert_eq!(classify(&f, &FILTER), Verdict::NotForUs(NotForUsReason::WrongPort));
+        assert_eq!(
+            classify(&f, &FILTER),
+            Verdict::NotForUs(NotForUsReason::WrongPort)
+        );
         let f = frame(&addr(9000), &header(), 832);
         let only = DstFilter {
             port: 9000,
             ip: Some(Ipv4Addr::new(10, 77, 0, 3)),
         };
-        assert_eq!(classify(&f, &only), Verdict::NotForUs(NotForUsReason::WrongAddress));
+        assert_eq!(
+            classify(&f, &only),
+            Verdict::NotForUs(NotForUsReason::WrongAddress)
+        );
         let exact = DstFilter {
             port: 9000,
             ip: Some(Ipv4Addr::new(10, 77, 0, 2)),
@@ -140,7 +146,10 @@ mod tests {
         let mut arp = vec![0u8; 42];
         arp[12] = 0x08;
         arp[13] = 0x06;
-        assert_eq!(classify(&arp, &FILTER), Verdict::NotForUs(NotForUsReason::NotIpv4Udp));
+        assert_eq!(
+            classify(&arp, &FILTER),
+            Verdict::NotForUs(NotForUsReason::NotIpv4Udp)
+        );
         let f = frame(&addr(9000), &header(), 832);
         assert!(matches!(
             classify(&f[..30], &FILTER),

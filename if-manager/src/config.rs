@@ -131,7 +131,9 @@ fn parse_pow2(s: &str) -> Result<u32, String> {
 }
 
 fn parse_seconds(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s.parse().map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
     if !(secs.is_finite() && secs >= 0.0) {
         return Err(format!("{s} is not a duration"));
     }
@@ -145,8 +147,20 @@ mod tests {
     #[test]
     fn parses_our_options_and_leaves_eal_args_after_the_double_dash() {
         let a = Args::try_parse_from([
-            "if-manager", "--port", "9100", "--if", "1", "--if", "2:1024", "--exit-when-idle",
-            "0.5", "--", "-l", "0", "--vdev", "net_pcap0,rx_pcap=a.pcap",
+            "if-manager",
+            "--port",
+            "9100",
+            "--if",
+            "1",
+            "--if",
+            "2:1024",
+            "--exit-when-idle",
+            "0.5",
+            "--",
+            "-l",
+            "0",
+            "--vdev",
+            "net_pcap0,rx_pcap=a.pcap",
         ])
         .unwrap();
         assert_eq!(a.port, 9100);
@@ -163,7 +177,10 @@ mod tests {
             vec!["if-manager", "--ring-size", "3"],
             vec!["if-manager", "--exit-when-idle", "-1"],
         ] {
-            assert!(Args::try_parse_from(&bad).is_err(), "{bad:?} should be rejected");
+            assert!(
+                Args::try_parse_from(&bad).is_err(),
+                "{bad:?} should be rejected"
+            );
         }
     }
 }

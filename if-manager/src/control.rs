@@ -89,7 +89,11 @@ const UNREGISTER_WAIT: Duration = Duration::from_secs(2);
 
 impl Registry {
     /// A registry that sends route changes to the RX lcore over `updates`.
-    pub fn new(updates: Sender<RouteUpdate<Ring>>, socket: SocketId, default_ring_size: u32) -> Self {
+    pub fn new(
+        updates: Sender<RouteUpdate<Ring>>,
+        socket: SocketId,
+        default_ring_size: u32,
+    ) -> Self {
         Registry {
             updates,
             socket,
@@ -218,7 +222,8 @@ pub fn serve(
     sock.set_linger(0).map_err(|e| e.to_string())?;
     if let Some(path) = endpoint.strip_prefix("ipc://") {
         if let Some(dir) = std::path::Path::new(path).parent() {
-            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         }
     }
     sock.bind(endpoint)
@@ -282,7 +287,10 @@ mod tests {
         );
         assert_eq!(Command::parse(br#"{"cmd":"routes"}"#), Ok(Command::Routes));
         assert_eq!(Command::parse(br#"{"cmd":"stats"}"#), Ok(Command::Stats));
-        assert_eq!(Command::parse(br#"{"cmd":"shutdown"}"#), Ok(Command::Shutdown));
+        assert_eq!(
+            Command::parse(br#"{"cmd":"shutdown"}"#),
+            Ok(Command::Shutdown)
+        );
     }
 
     #[test]

@@ -22,13 +22,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dpdk::{Mbuf, MbufBurst, Port, QueueId, Ring};
-use libml::wire::{FrameAddr, FragmentRepr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
+use libml::wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
 
-use libml::answered::{Answer, AnsweredTable};
 use crate::backoff::{IdleAction, IdleBackoff};
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
 use crate::routes::RouteTable;
+use libml::answered::{Answer, AnsweredTable};
 
 /// Frames per RX burst (DPDK's customary 32: enough to amortise the PMD
 /// call, small enough to stay in L1).
@@ -112,7 +112,10 @@ impl DataPlane<'_> {
                     return StopReason::Stopped;
                 }
                 if let Some(idle) = self.exit_when_idle {
-                    if tx.is_empty() && self.tx_ring.count() == 0 && now.duration_since(last_activity) >= idle {
+                    if tx.is_empty()
+                        && self.tx_ring.count() == 0
+                        && now.duration_since(last_activity) >= idle
+                    {
                         return StopReason::Idle;
                     }
                 }
@@ -268,14 +271,25 @@ impl DataPlane<'_> {
 /// Rewrites `mbuf` (holding the request fragment) into an error answer for
 /// it: addressed back to the sender, from the address and port it was sent
 /// to. Returns false if the mbuf cannot hold the answer.
-pub fn write_error(mbuf: &mut Mbuf, addr: &FrameAddr, header: &FragmentRepr, status: Status) -> bool {
+pub fn write_error(
+    mbuf: &mut Mbuf,
+    addr: &FrameAddr,
+    header: &FragmentRepr,
+    status: Status,
+) -> bool {
     let reply = addr.reversed();
     let hdr = reply.header_len();
     let need = hdr + RESPONSE_HEADER_LEN;
     if !mbuf.set_len(need) {
         return false;
     }
-    let repr = ResponseRepr::error(header.if_id, header.request_id, header.send_ts_ns, status, 0);
+    let repr = ResponseRepr::error(
+        header.if_id,
+        header.request_id,
+        header.send_ts_ns,
+        status,
+        0,
+    );
     let buf = mbuf.data_mut();
     if repr.emit(&mut buf[hdr..]).is_err() {
         return false;

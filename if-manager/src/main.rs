@@ -19,7 +19,6 @@ use clap::Parser;
 use dpdk::{Eal, Mempool, Port, PortId, ProcessType, Ring, RingFlags};
 use serde_json::{json, Value};
 
-use libml::answered::AnsweredTable;
 use if_manager::backoff::IdleBackoff;
 use if_manager::classify::DstFilter;
 use if_manager::config::{names, Args};
@@ -27,6 +26,7 @@ use if_manager::control::{self, drain_ring, Registry};
 use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
 use if_manager::routes::RouteTable;
+use libml::answered::AnsweredTable;
 
 /// Per-mbuf data room: DPDK's default (2048 bytes + headroom) holds any
 /// standard-MTU frame, so a fragment is always one segment.
@@ -63,7 +63,8 @@ fn run(args: Args) -> Result<()> {
     let text = serde_json::to_string(&report)?;
     println!("{text}");
     if let Some(path) = &args.stats_json {
-        std::fs::write(path, format!("{text}\n")).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, format!("{text}\n"))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
@@ -71,12 +72,19 @@ fn run(args: Args) -> Result<()> {
 /// Everything between EAL init and cleanup; every DPDK object is dropped
 /// (in the right order: port, rings, pool) before it returns.
 fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
-    let pool = Mempool::create_pktmbuf(names::MEMPOOL, args.mbufs, MBUF_CACHE, MBUF_DATA_ROOM, socket)
-        .context("creating the mbuf pool")?;
+    let pool = Mempool::create_pktmbuf(
+        names::MEMPOOL,
+        args.mbufs,
+        MBUF_CACHE,
+        MBUF_DATA_ROOM,
+        socket,
+    )
+    .context("creating the mbuf pool")?;
     if Port::count_avail() == 0 {
         bail!("no DPDK port: give one after --, e.g. --vdev net_pcap0,rx_pcap=in.pcap,tx_pcap=out.pcap");
     }
-    let port = Port::init(PortId(0), &pool, args.rx_desc, args.tx_desc).context("configuring port 0")?;
+    let port =
+        Port::init(PortId(0), &pool, args.rx_desc, args.tx_desc).context("configuring port 0")?;
     // af_packet and real NICs must see frames addressed to any MAC (the
     // clients know the platform by IP); drivers without the notion say so.
     if let Err(e) = port.promiscuous_enable() {
@@ -95,7 +103,11 @@ fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
     .context("creating the TX ring")?;
 
     let (updates_tx, updates_rx) = channel();
-    let registry = Arc::new(Mutex::new(Registry::new(updates_tx, socket, args.ring_size)));
+    let registry = Arc::new(Mutex::new(Registry::new(
+        updates_tx,
+        socket,
+        args.ring_size,
+    )));
     for (if_id, size) in &args.ifs {
         registry
             .lock()
@@ -175,7 +187,10 @@ fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
         drained.insert(if_id.0.to_string(), json!(drain_ring(&route.ring)));
     }
     let tx_drained = drain_ring(&tx_ring);
-    let ifs = registry.lock().unwrap_or_else(|p| p.into_inner()).routes_json();
+    let ifs = registry
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .routes_json();
     drop(dp);
     drop(tx_ring);
 

@@ -113,9 +113,13 @@ impl MalformedReason {
 
     fn index(self) -> usize {
         match self {
-            MalformedReason::Frame(k) => FrameErrorKind::ALL.iter().position(|x| *x == k).unwrap_or(0),
+            MalformedReason::Frame(k) => FrameErrorKind::ALL
+                .iter()
+                .position(|x| *x == k)
+                .unwrap_or(0),
             MalformedReason::Header(k) => {
-                FrameErrorKind::ALL.len() + MalformedKind::ALL.iter().position(|x| *x == k).unwrap_or(0)
+                FrameErrorKind::ALL.len()
+                    + MalformedKind::ALL.iter().position(|x| *x == k).unwrap_or(0)
             }
             MalformedReason::Segmented => FrameErrorKind::ALL.len() + MalformedKind::ALL.len(),
         }
@@ -127,7 +131,11 @@ impl MalformedReason {
             .iter()
             .filter(|k| !matches!(k, FrameErrorKind::NotIpv4 | FrameErrorKind::NotUdp))
             .map(|k| MalformedReason::Frame(*k))
-            .chain(MalformedKind::ALL.iter().map(|k| MalformedReason::Header(*k)))
+            .chain(
+                MalformedKind::ALL
+                    .iter()
+                    .map(|k| MalformedReason::Header(*k)),
+            )
             .chain(std::iter::once(MalformedReason::Segmented))
     }
 }
@@ -141,7 +149,10 @@ const MALFORMED_SLOTS: usize = FrameErrorKind::ALL.len() + MalformedKind::ALL.le
 /// a few packets old.
 #[inline]
 pub fn bump(counter: &AtomicU64, n: u64) {
-    counter.store(counter.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(n),
+        Ordering::Relaxed,
+    );
 }
 
 /// The if-manager's packet and TX counters (single writer: the RX lcore).
@@ -213,7 +224,10 @@ impl Counters {
     /// Sum of all outcome counters (equals `rx_packets` once the RX loop
     /// has finished with the burst it is on).
     pub fn outcomes_total(&self) -> u64 {
-        self.outcomes.iter().map(|c| c.load(Ordering::Relaxed)).sum()
+        self.outcomes
+            .iter()
+            .map(|c| c.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// The counters as one JSON object (zero-valued reasons included, so a
@@ -226,7 +240,12 @@ impl Counters {
             .collect();
         let not_for_us: Map<String, Value> = NotForUsReason::ALL
             .iter()
-            .map(|r| (r.name().to_string(), json!(load(&self.not_for_us[*r as usize]))))
+            .map(|r| {
+                (
+                    r.name().to_string(),
+                    json!(load(&self.not_for_us[*r as usize])),
+                )
+            })
             .collect();
         let malformed: Map<String, Value> = MalformedReason::all()
             .map(|r| (r.name(), json!(load(&self.malformed[r.index()]))))

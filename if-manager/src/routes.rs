@@ -122,7 +122,8 @@ mod tests {
         assert_eq!(table.get(IfId(3)).unwrap().ring, "ring3");
 
         let (back_tx, back_rx) = channel();
-        tx.send(RouteUpdate::Remove(IfId(3), back_tx.clone())).unwrap();
+        tx.send(RouteUpdate::Remove(IfId(3), back_tx.clone()))
+            .unwrap();
         tx.send(RouteUpdate::Remove(IfId(4), back_tx)).unwrap();
         assert_eq!(table.apply_updates(), 2);
         assert!(table.get(IfId(3)).is_none());

@@ -77,7 +77,8 @@ fn drain(args: &Args) -> Result<serde_json::Value> {
         .iter()
         .map(|name| Ring::lookup(name).with_context(|| format!("looking up ring {name}")))
         .collect::<Result<Vec<_>>>()?;
-    let mut seen: BTreeMap<String, Vec<[u64; 4]>> = args.rings.iter().map(|n| (n.clone(), Vec::new())).collect();
+    let mut seen: BTreeMap<String, Vec<[u64; 4]>> =
+        args.rings.iter().map(|n| (n.clone(), Vec::new())).collect();
     let mut total = 0u64;
     let mut unparsable = 0u64;
     let mut burst = MbufBurst::<32>::new();
@@ -102,9 +103,11 @@ fn drain(args: &Args) -> Result<serde_json::Value> {
             }
             for mbuf in burst.drain() {
                 total += 1;
-                let parsed = parse_udp_frame(mbuf.data())
-                    .ok()
-                    .and_then(|udp| Fragment::new_checked(udp.payload).ok().map(|f| (udp.addr.src_port, f)));
+                let parsed = parse_udp_frame(mbuf.data()).ok().and_then(|udp| {
+                    Fragment::new_checked(udp.payload)
+                        .ok()
+                        .map(|f| (udp.addr.src_port, f))
+                });
                 match parsed {
                     Some((port, f)) => seen.get_mut(name).expect("known ring").push([
                         u64::from(port),

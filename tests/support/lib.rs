@@ -39,7 +39,10 @@ pub fn bin(name: &str) -> PathBuf {
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
 }
 
 /// A fresh scratch directory under the target dir, removed on drop.
@@ -49,7 +52,9 @@ pub struct Scratch(pub PathBuf);
 impl Scratch {
     /// Creates `target/kp-tests/<name>-<pid>`.
     pub fn new(name: &str) -> Scratch {
-        let dir = bin_dir().join("kp-tests").join(format!("{name}-{}", std::process::id()));
+        let dir = bin_dir()
+            .join("kp-tests")
+            .join(format!("{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create scratch dir");
         Scratch(dir)
@@ -111,7 +116,9 @@ impl IfManager {
             None => Command::new(&exe),
         };
         cmd.args(options).arg("--").args(eal);
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).stdin(Stdio::null());
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
         let mut child = cmd.spawn().with_context(|| format!("spawning {cmd:?}"))?;
         let stderr = child.stderr.take().expect("piped stderr");
         let (tx, rx) = channel();
@@ -135,7 +142,10 @@ impl IfManager {
         let deadline = Instant::now() + timeout;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr_lines.recv_timeout(left.max(Duration::from_millis(1))) {
+            match self
+                .stderr_lines
+                .recv_timeout(left.max(Duration::from_millis(1)))
+            {
                 Ok(line) => {
                     let hit = line.contains(needle);
                     self.stderr_log.push(line);
@@ -144,7 +154,10 @@ impl IfManager {
                     }
                 }
                 Err(_) => {
-                    let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                    let status = self
+                        .child
+                        .as_mut()
+                        .and_then(|c| c.try_wait().ok().flatten());
                     bail!(
                         "if-manager not ready ({needle:?} not seen; exit status {status:?}); stderr:\n{}",
                         self.stderr_log.join("\n")
@@ -161,7 +174,9 @@ impl IfManager {
 
     /// Sends SIGTERM and returns the final JSON report it prints.
     pub fn stop(self) -> Result<Value> {
-        run(Command::new("kill").arg("-TERM").arg(self.pid().to_string()))?;
+        run(Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string()))?;
         self.wait_report(Duration::from_secs(20))
     }
 
@@ -181,14 +196,24 @@ impl IfManager {
             std::thread::sleep(Duration::from_millis(20));
         };
         let mut out = String::new();
-        child.stdout.take().expect("piped").read_to_string(&mut out)?;
+        child
+            .stdout
+            .take()
+            .expect("piped")
+            .read_to_string(&mut out)?;
         while let Ok(line) = self.stderr_lines.recv_timeout(Duration::from_millis(100)) {
             self.stderr_log.push(line);
         }
         if !status.success() {
-            bail!("if-manager exited with {status}; stderr:\n{}", self.stderr_log.join("\n"));
+            bail!(
+                "if-manager exited with {status}; stderr:\n{}",
+                self.stderr_log.join("\n")
+            );
         }
-        let last = out.lines().last().ok_or_else(|| anyhow!("if-manager printed no report"))?;
+        let last = out
+            .lines()
+            .last()
+            .ok_or_else(|| anyhow!("if-manager printed no report"))?;
         serde_json::from_str(last).with_context(|| format!("final report is not JSON: {last}"))
     }
 }
@@ -196,7 +221,10 @@ impl IfManager {
 impl Drop for IfManager {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
-            let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+            let _ = Command::new("kill")
+                .arg("-TERM")
+                .arg(c.id().to_string())
+                .status();
             let deadline = Instant::now() + Duration::from_secs(5);
             while Instant::now() < deadline {
                 if let Ok(Some(_)) = c.try_wait() {
@@ -227,7 +255,8 @@ pub fn dpdk_files_left(prefix: &str) -> Vec<PathBuf> {
 
 /// Reads a JSON file.
 pub fn read_json(path: &Path) -> Result<Value> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
 }
 
@@ -272,5 +301,293 @@ impl Drop for NetnsPair {
         let _ = Command::new(repo_root().join("scripts/netns.sh"))
             .args(["down", &self.name])
             .output();
+    }
+}
+
+/// What kp-gen's manifest says, and the checks every if-manager test makes
+/// against it.
+pub mod expect {
+    use std::collections::BTreeMap;
+
+    use anyhow::{ensure, Context, Result};
+    use kp_traffic::manifest::{Expected, Manifest};
+    use libml::wire::{parse_udp_frame, MsgType, Response, Status};
+    use serde_json::Value;
+
+    /// Loads a manifest written by `kp-gen --manifest`.
+    pub fn load(path: &std::path::Path) -> Result<Manifest> {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        serde_json::from_str(&text).context("parsing the manifest")
+    }
+
+    fn num(v: &Value, path: &[&str]) -> u64 {
+        let mut cur = v;
+        for p in path {
+            cur = &cur[*p];
+        }
+        cur.as_u64()
+            .unwrap_or_else(|| panic!("report has no number at {path:?}: {v}"))
+    }
+
+    /// Every packet and outcome counter of the if-manager's final report
+    /// has exactly the value the manifest implies (rings big enough that
+    /// none fills; `rx_extra_not_ipv4` extra non-IP frames allowed, e.g.
+    /// from a kernel on a veth).
+    pub fn check_counters(report: &Value, m: &Manifest, rx_extra_not_ipv4: u64) -> Result<()> {
+        let want = m
+            .totals
+            .if_manager
+            .as_ref()
+            .context("manifest has no --deployed expectation")?;
+        let t = &m.totals;
+        let extra = num(report, &["not_for_us", "not_ipv4_udp"])
+            - t.not_for_us.get("not_ipv4_udp").copied().unwrap_or(0);
+        ensure!(
+            extra <= rx_extra_not_ipv4,
+            "{extra} unexpected non-IPv4/UDP frames"
+        );
+        let eq = |what: &str, got: u64, want: u64| -> Result<()> {
+            ensure!(got == want, "{what}: got {got}, want {want}");
+            Ok(())
+        };
+        eq(
+            "rx_packets",
+            num(report, &["rx_packets"]),
+            t.packets + extra,
+        )?;
+        eq(
+            "delivered",
+            num(report, &["outcomes", "delivered"]),
+            want.delivered,
+        )?;
+        eq(
+            "unknown_if_answered",
+            num(report, &["outcomes", "unknown_if_answered"]),
+            want.unknown_if_answered,
+        )?;
+        eq(
+            "unknown_if_suppressed",
+            num(report, &["outcomes", "unknown_if_suppressed"]),
+            want.unknown_if_suppressed,
+        )?;
+        eq("ring_full", num(report, &["outcomes", "ring_full"]), 0)?;
+        eq(
+            "not_for_us",
+            num(report, &["outcomes", "not_for_us"]),
+            want.not_for_us + extra,
+        )?;
+        eq(
+            "malformed",
+            num(report, &["outcomes", "malformed"]),
+            want.malformed,
+        )?;
+        for (reason, n) in &t.malformed {
+            // The manifest lists every frame error kind; the if-manager
+            // counts not-IPv4/not-UDP frames as not-for-us, never malformed.
+            if *n == 0 && report["malformed"].get(reason).is_none() {
+                continue;
+            }
+            eq(
+                &format!("malformed.{reason}"),
+                num(report, &["malformed", reason]),
+                *n,
+            )?;
+        }
+        let reported: u64 = report["malformed"]
+            .as_object()
+            .context("malformed")?
+            .values()
+            .filter_map(Value::as_u64)
+            .sum();
+        eq("sum of malformed reasons", reported, want.malformed)?;
+        eq(
+            "not_for_us.wrong_port",
+            num(report, &["not_for_us", "wrong_port"]),
+            t.not_for_us.get("wrong_port").copied().unwrap_or(0),
+        )?;
+        let total_outcomes: u64 = report["outcomes"]
+            .as_object()
+            .context("outcomes")?
+            .values()
+            .filter_map(Value::as_u64)
+            .sum();
+        eq(
+            "sum of outcomes",
+            total_outcomes,
+            num(report, &["rx_packets"]),
+        )?;
+        for r in report["ifs"].as_array().context("ifs")? {
+            let id = num(r, &["if_id"]) as u16;
+            eq(
+                &format!("if {id} delivered"),
+                num(r, &["delivered"]),
+                want.delivered_per_if.get(&id).copied().unwrap_or(0),
+            )?;
+            eq(&format!("if {id} ring_full"), num(r, &["ring_full"]), 0)?;
+        }
+        eq(
+            "tx.sent",
+            num(report, &["tx", "sent"]),
+            want.unknown_if_answered,
+        )?;
+        eq("tx.dropped", num(report, &["tx", "dropped"]), 0)?;
+        eq(
+            "mempool.in_use_at_exit",
+            num(report, &["mempool", "in_use_at_exit"]),
+            0,
+        )?;
+        Ok(())
+    }
+
+    /// The fragments each deployed IF's ring must carry, as sorted
+    /// `[src_port, request_id, frag_index, if_id]` rows (duplicates twice).
+    pub fn ring_contents(m: &Manifest) -> BTreeMap<String, Vec<[u64; 4]>> {
+        let deployed = m.deployed.clone().unwrap_or_default();
+        let mut rings: BTreeMap<String, Vec<[u64; 4]>> = deployed
+            .keys()
+            .map(|id| (format!("kp_if_{id}"), Vec::new()))
+            .collect();
+        for r in &m.requests {
+            let Some(rows) = rings.get_mut(&format!("kp_if_{}", r.if_id)) else {
+                continue;
+            };
+            let row = |i: u16| {
+                [
+                    u64::from(r.src_port),
+                    r.request_id,
+                    u64::from(i),
+                    u64::from(r.if_id),
+                ]
+            };
+            rows.extend(r.present.iter().map(|i| row(*i)));
+            rows.extend(r.duplicated.iter().map(|i| row(*i)));
+            rows.extend(r.disagreement.iter().map(|d| row(d.index)));
+        }
+        for rows in rings.values_mut() {
+            rows.sort_unstable();
+        }
+        rings
+    }
+
+    /// Checks what a kp-ring-probe saw against [`ring_contents`].
+    pub fn check_probe(probe: &Value, m: &Manifest) -> Result<()> {
+        ensure!(
+            probe["unparsable"] == 0,
+            "the probe saw unparsable mbufs: {probe}"
+        );
+        for (ring, want) in ring_contents(m) {
+            let mut got: Vec<[u64; 4]> = serde_json::from_value(probe["rings"][&ring].clone())
+                .with_context(|| format!("probe rows of {ring}"))?;
+            got.sort_unstable();
+            ensure!(
+                got.len() == want.len(),
+                "{ring}: got {} fragments, want {}",
+                got.len(),
+                want.len()
+            );
+            ensure!(
+                got == want,
+                "{ring}: the fragments differ from the manifest's"
+            );
+        }
+        Ok(())
+    }
+
+    /// Checks the frames the platform sent: exactly one UNKNOWN_IF error per
+    /// request the manifest expects one for, addressed back to its sender
+    /// from the address and port it was sent to, echoing its timestamp.
+    pub fn check_unknown_if_answers<'a>(
+        frames: impl IntoIterator<Item = &'a [u8]>,
+        m: &Manifest,
+    ) -> Result<()> {
+        let mut want: BTreeMap<(u16, u64), u64> = m
+            .requests
+            .iter()
+            .filter(|r| r.expected == Some(Expected::UnknownIf))
+            .map(|r| ((r.src_port, r.request_id), r.send_ts_ns))
+            .collect();
+        let n_want = want.len();
+        for frame in frames {
+            let udp = parse_udp_frame(frame)
+                .map_err(|e| anyhow::anyhow!("sent frame does not parse: {e}"))?;
+            let a = udp.addr;
+            ensure!(
+                a.src_ip == m.config.dst_ip && a.src_port == m.config.dst_port,
+                "answer from {}:{}",
+                a.src_ip,
+                a.src_port
+            );
+            ensure!(a.dst_ip == m.config.src_ip, "answer to {}", a.dst_ip);
+            ensure!(
+                a.src_mac.to_string() == m.config.dst_mac
+                    && a.dst_mac.to_string() == m.config.src_mac,
+                "MACs not swapped: {a:?}"
+            );
+            ensure!(a.vlan_tci == m.config.vlan_tci, "VLAN tag not kept: {a:?}");
+            let resp = Response::new_checked(udp.payload)
+                .map_err(|e| anyhow::anyhow!("sent answer does not parse: {e}"))?;
+            ensure!(
+                resp.msg_type() == MsgType::Error && resp.status() == Status::UnknownIf,
+                "unexpected answer {:?}/{:?}",
+                resp.msg_type(),
+                resp.status()
+            );
+            let ts = want
+                .remove(&(a.dst_port, resp.request_id()))
+                .with_context(|| {
+                    format!(
+                        "answer for ({}, {}) not expected, or sent twice",
+                        a.dst_port,
+                        resp.request_id()
+                    )
+                })?;
+            ensure!(resp.send_ts_ns() == ts, "send_ts not echoed");
+        }
+        ensure!(
+            want.is_empty(),
+            "{} of {n_want} requests got no UNKNOWN_IF answer: {want:?}",
+            want.len()
+        );
+        Ok(())
+    }
+}
+
+/// Sends one JSON command to a ZeroMQ REP control socket and returns the
+/// reply (fails after `timeout` without one).
+pub fn control(endpoint: &str, command: &Value, timeout: Duration) -> Result<Value> {
+    let ctx = zmq::Context::new();
+    let sock = ctx.socket(zmq::REQ)?;
+    sock.set_linger(0)?;
+    sock.set_rcvtimeo(timeout.as_millis() as i32)?;
+    sock.connect(endpoint)?;
+    sock.send(command.to_string().as_bytes(), 0)?;
+    let reply = sock
+        .recv_bytes(0)
+        .with_context(|| format!("no reply from {endpoint} to {command}"))?;
+    Ok(serde_json::from_slice(&reply)?)
+}
+
+/// Polls the if-manager's `stats` until `done(stats)` or `timeout`.
+pub fn wait_for_stats(
+    endpoint: &str,
+    timeout: Duration,
+    done: impl Fn(&Value) -> bool,
+) -> Result<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let reply = control(
+            endpoint,
+            &serde_json::json!({"cmd": "stats"}),
+            Duration::from_secs(2),
+        )?;
+        let stats = reply["stats"].clone();
+        if done(&stats) {
+            return Ok(stats);
+        }
+        if Instant::now() > deadline {
+            bail!("stats did not reach the expected state within {timeout:?}: {stats}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
