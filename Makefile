@@ -6,7 +6,7 @@ CARGO   ?= cargo
 PROFILE ?= release
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build test unit-test e2e-test demo bench fuzz lint fmt clean
+.PHONY: all setup build test demo bench fuzz lint fmt clean
 
 all: build
 
@@ -29,6 +29,7 @@ demo: build
 
 bench: build
 	scripts/bench-if-manager.sh
+	$(CARGO) bench --locked -p if-manager --bench classify
 
 # Needs nightly and cargo-fuzz (cargo install cargo-fuzz); SECONDS per target.
 FUZZ_SECONDS ?= 60

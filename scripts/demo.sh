@@ -24,7 +24,7 @@ echo "== generating traffic (kp-gen)"
 echo "== running the if-manager on net_pcap"
 "$bin/if-manager" --if 1 --if 2 --ring-size 8192 --exit-when-idle 1 \
   --stats-json "$out/stats.json" -- \
-  --lcores 0@0 --file-prefix "$prefix" --no-pci --log-level lib.eal:error \
+  --lcores 0@0 --file-prefix "$prefix" --no-pci --no-telemetry --log-level lib.eal:error \
   --vdev "net_pcap0,rx_pcap=$out/in.pcap,tx_pcap=$out/out.pcap" >/dev/null
 
 "$repo/.venv/bin/python" "$repo/scripts/show_stats.py" "$out/stats.json" "$out/manifest.json"

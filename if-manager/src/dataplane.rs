@@ -99,7 +99,7 @@ impl DataPlane<'_> {
         let mut tx_stalls = 0u32;
         loop {
             iter = iter.wrapping_add(1);
-            if iter % CLOCK_EVERY == 0 || self.backoff.is_sleeping() {
+            if iter.is_multiple_of(CLOCK_EVERY) || self.backoff.is_sleeping() {
                 let now = Instant::now();
                 now_ns = now.duration_since(start).as_nanos() as u64;
                 if active_since_tick {
