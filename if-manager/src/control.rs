@@ -84,7 +84,7 @@ struct RegisteredIf {
 }
 
 /// How long an unregister waits for the RX lcore to let go of a ring. The
-/// RX loop applies updates at least every ~200 µs, even when idle.
+/// RX loop applies updates at least every ~500 µs, even when idle.
 const UNREGISTER_WAIT: Duration = Duration::from_secs(2);
 
 impl Registry {
