@@ -148,11 +148,26 @@ mod tests {
     #[test]
     fn answers_once_per_request_within_the_ttl() {
         let mut t = AnsweredTable::new(64, 1_000);
-        assert_eq!(t.first_answer(&key(1, 1), 0), Answer::Now { evicted_live: false });
+        assert_eq!(
+            t.first_answer(&key(1, 1), 0),
+            Answer::Now {
+                evicted_live: false
+            }
+        );
         assert_eq!(t.first_answer(&key(1, 1), 999), Answer::AlreadyAnswered);
-        assert_eq!(t.first_answer(&key(1, 2), 999), Answer::Now { evicted_live: false });
+        assert_eq!(
+            t.first_answer(&key(1, 2), 999),
+            Answer::Now {
+                evicted_live: false
+            }
+        );
         // after the ttl the same id is a new request
-        assert_eq!(t.first_answer(&key(1, 1), 1_000), Answer::Now { evicted_live: false });
+        assert_eq!(
+            t.first_answer(&key(1, 1), 1_000),
+            Answer::Now {
+                evicted_live: false
+            }
+        );
     }
 
     #[test]
@@ -160,9 +175,17 @@ mod tests {
         let mut t = AnsweredTable::new(WAYS, 1_000_000);
         assert_eq!(t.capacity(), WAYS);
         for id in 0..WAYS as u64 {
-            assert_eq!(t.first_answer(&key(1, id), 0), Answer::Now { evicted_live: false });
+            assert_eq!(
+                t.first_answer(&key(1, id), 0),
+                Answer::Now {
+                    evicted_live: false
+                }
+            );
         }
-        assert_eq!(t.first_answer(&key(1, 99), 1), Answer::Now { evicted_live: true });
+        assert_eq!(
+            t.first_answer(&key(1, 99), 1),
+            Answer::Now { evicted_live: true }
+        );
     }
 
     /// Obviously-correct reference: an unbounded map of expiry times.

@@ -11,8 +11,13 @@
 //!   panics on untrusted input and holds no `unsafe`.
 //! - [`answered`]: a fixed-size, time-bounded memory of answered requests,
 //!   so that fragments arriving after an answer do not cause a second one.
+//! - [`reassembly`]: the sans-IO reassembler: per fragment, which input-pool
+//!   slot and offset its bytes go to, when a request is complete, and which
+//!   requests are answered BAD_REQUEST, INCOMPLETE or OVERLOADED, exactly
+//!   once each.
 
 #![deny(unsafe_code)]
 
 pub mod answered;
+pub mod reassembly;
 pub mod wire;
