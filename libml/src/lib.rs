@@ -15,9 +15,13 @@
 //!   slot and offset its bytes go to, when a request is complete, and which
 //!   requests are answered BAD_REQUEST, INCOMPLETE or OVERLOADED, exactly
 //!   once each.
+//! - [`batching`]: the sans-IO batching policy (SLAB plus an online fit of
+//!   the batch-cost curve): when to run a batch and how big, which requests
+//!   to shed, and when to report under- or over-provisioning.
 
 #![deny(unsafe_code)]
 
 pub mod answered;
+pub mod batching;
 pub mod reassembly;
 pub mod wire;

@@ -1,0 +1,974 @@
+//! The batching policy of an inference function: when to run a batch, how
+//! big, which requests to give up on, and when to tell the orchestrator that
+//! the IF's share of the device is too small or too large.
+//!
+//! An IF holds a FIFO queue of complete requests (each stamped with its
+//! arrival time, the time its first fragment was received) and one engine
+//! that runs one batch at a time. [`BatchPolicy`] is the deterministic,
+//! sans-IO core of that loop: it reads no clock, starts no thread and
+//! allocates nothing after [`BatchPolicy::new`]. The driver calls, on every
+//! poll where something changed:
+//!
+//! 1. [`BatchPolicy::shed`] and answers that many requests at the head of the
+//!    queue OVERLOADED;
+//! 2. [`BatchPolicy::decide`] and acts on the [`Decision`]: run the first
+//!    `batch` requests, or call again at `until_ns` (or on the next arrival),
+//!    or do nothing until an arrival or a completion;
+//! 3. [`BatchPolicy::on_batch_done`] when a batch finishes, and forwards any
+//!    [`ProvisioningReport`] to the orchestrator.
+//!
+//! Times are nanoseconds from any fixed origin (the driver's monotonic
+//! clock); durations are differences of them.
+//!
+//! # Algorithm
+//!
+//! **Budget.** All planning is against `budget = slo · (1 − margin)`. Under
+//! continuous load a request can arrive just after a batch started, wait for
+//! it to finish and then ride in the next one, so in steady state its
+//! end-to-end latency is up to two batch times: the *steady-state plan* is a
+//! batch `n` with `2 · cost(n) ≤ budget` (the rule of Nexus, SOSP'19, which
+//! GSLICE's SLAB also works under). Each dispatch additionally checks the
+//! real wait of the oldest request, so the factor 2 only shapes the plan.
+//!
+//! **SLAB step (cold start).** GSLICE §3.3.1 grows or shrinks the batch in
+//! proportion to the observed SLO headroom. Until the cost curve is
+//! identified, after a batch of `n` that ran in `L` the target becomes
+//! `n · (budget/2) / L`, i.e. `n · (1 + h)` with headroom `h = (budget/2 −
+//! L) / L`, rounded down and at most doubled per batch. For an affine cost
+//! `a + b·n` this step moves towards the largest feasible batch `n*` and
+//! never past it (`f(n) − n* = (n − n*)·a/(a + b·n)`).
+//!
+//! **Cost fit.** Every batch adds a sample `(n, exec_ns)` to an
+//! exponentially-weighted least-squares fit of `latency ≈ a + b·n` (weights
+//! decay by `fit_decay` per batch). The fit is clamped to `a, b ≥ 0`
+//! (the better of the two boundary solutions when the free fit is negative).
+//! It is *identified* once the weighted variance of the batch sizes in the
+//! window is at least [`MIN_BATCH_VARIANCE`]; before that the policy uses a
+//! proportional guess (`a = 0`, `b = mean latency / mean batch`, which
+//! over-estimates bigger batches and so is on the safe side for deadlines),
+//! or, once a fit existed, that fit rescaled so it passes through the mean
+//! of the window. Whenever the window is degenerate (one batch size only) the
+//! policy *explores*: the next dispatch, when the queue allows it, uses a
+//! neighbour size (`limit − max(1, limit/4)` for the batch limit below, or 2
+//! when it is 1).
+//!
+//! **Regime changes.** Two batches in a row whose latency is more than
+//! [`CHANGE_THRESHOLD`] away from the model, on the same side, are taken as
+//! a change of the device (a new share, a co-located tenant): the window is
+//! restarted from those two samples and the old fit rescaled to them. A
+//! uniform speed-up or slow-down (what a share change does) is then exact at
+//! once; a change of shape is learnt from the next distinct batch sizes.
+//!
+//! **Batch choice.** With the fitted curve, `n_max` is the largest batch
+//! (at most `max_batch`) with `2 · cost(n) ≤ budget`. Throughput
+//! `n / cost(n)` grows with `n`, so `n_max` maximises it, but when batching
+//! buys little (`a ≈ 0` makes the curve flat) a big batch only adds latency.
+//! The *target* is the smallest `n` whose throughput is within
+//! `throughput_tolerance` of `n_max`'s *and* at least `load_headroom` times
+//! the measured arrival rate (or `n_max`'s throughput when that is not
+//! enough): as small as the load allows, as large as the SLO allows. What is
+//! dispatched is further capped by the *batch limit*: [`TRUST_REGION`] times
+//! the largest batch seen since the last regime change, so the line is never
+//! extrapolated far (a cold start grows 1, 2, 4, 8, ..., checking each
+//! step).
+//!
+//! **Dispatch.** With the engine idle and `q` requests queued, the oldest
+//! having waited `w`, the policy dispatches `min(q, limit)` capped to the
+//! largest `n` with `w + cost(n) ≤ budget`. It *waits* instead only when
+//! `q < limit`, the fit is known, `q` requests per batch would not keep up
+//! with the arrival rate, and only until the later batch would still finish
+//! within the oldest request's budget: `until ≤ oldest + budget −
+//! cost(limit)`. It never waits without a cost estimate.
+//!
+//! **Shedding.** A request that cannot meet its SLO even if run alone right
+//! now (`now − arrival + cost(1) > slo`) is shed. Under overload (more than
+//! a batch limit is queued) a head request that could not finish within the
+//! budget in a batch of the limit is shed as well. Without that rule a
+//! backlog makes the oldest request cap every batch to one or two and
+//! throughput collapses exactly when it is needed: in the simulation of the
+//! tests (a = 8 ms, b = 1 ms, SLO 40 ms, capacity 556/s at batch 10) goodput
+//! fell to 130/s at a constant 540/s and 110/s at 800/s; with the rule it
+//! stays at 530/s. Testing against the SLO instead of the budget kept only
+//! 410/s: a head between the two makes the next batch smaller.
+//!
+//! **Provisioning reports.** *Under-provisioned*: a batch of one missed its
+//! SLO (the IF cannot serve even a single request in time).
+//! *Over-provisioned*: a batch met its SLO with its slowest request within
+//! `over_fraction · slo` while the queue never built (nothing was left
+//! behind at its dispatch and no more than a batch limit queued while it
+//! ran): the IF serves its whole load with room to spare, so a smaller share
+//! would still do. Either is reported after `report_after` (default 5)
+//! successive occurrences, then the count starts again. A batch that meets
+//! its SLO ends an under streak; any batch that does not qualify ends an over
+//! streak; a miss at a batch larger than one leaves the under streak as it is.
+//!
+//! # Limits
+//!
+//! - The cost model is affine in the batch size. Engines with a step in
+//!   their cost (padding to a multiple of 8, a different kernel past some
+//!   size) are fitted by a line through the steps; the margin absorbs that.
+//! - Waits are planned on the model, not on a guarantee: a batch that runs
+//!   slower than predicted can still miss; that is counted, learnt from and,
+//!   when persistent at batch 1, reported.
+//! - One engine, one batch in flight. The queue is FIFO and a batch is its
+//!   head.
+//! - The target is re-planned after every batch, not on every decision: a
+//!   change of arrival rate shows in the target at the next completion.
+//! - The arrival rate is estimated from the queue's arrival times; a
+//!   dispatch that splits a group of requests with the same timestamp can
+//!   make it undercount. It only steers the batch size, never a deadline.
+
+use thiserror::Error;
+
+#[cfg(test)]
+mod tests;
+
+/// Weighted variance of the batch sizes (in batches²) the fit needs before
+/// its slope is trusted. Two sizes one apart with equal weight give 0.25;
+/// below 0.2 the slope is mostly noise (its standard error grows as
+/// `1/√variance`), so the policy explores instead.
+pub const MIN_BATCH_VARIANCE: f64 = 0.2;
+
+/// The fitted line is trusted up to this many times the largest batch seen
+/// since the last regime change. Two keeps cold start at "double per batch"
+/// (1, 2, 4, 8, ...) even when a fit from two nearby sizes is noisy.
+pub const TRUST_REGION: usize = 2;
+
+/// Relative error of a batch's latency against the model beyond which the
+/// batch counts towards a regime change (two in a row, same side). 25% is
+/// well above run-to-run jitter of a CPU or GPU engine (a few percent) and
+/// well below what a share change does (a factor of 1.5 to 2).
+pub const CHANGE_THRESHOLD: f64 = 0.25;
+
+/// The SLAB step at most doubles the batch per batch: the step is exact for
+/// a cost proportional to the batch, and doubling bounds the damage of one
+/// unusually fast batch.
+pub const SLAB_MAX_GROWTH: usize = 2;
+
+/// Configuration of a [`BatchPolicy`]. [`BatchConfig::new`] fills in the
+/// documented defaults; change fields after it as needed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BatchConfig {
+    /// The end-to-end latency objective of one request: from its first
+    /// fragment's arrival to the end of its batch's execution.
+    pub slo_ns: u64,
+    /// The largest batch ever dispatched. Default 32, the default input pool
+    /// capacity, which bounds it anyway (a batch lives in pool slots).
+    pub max_batch: usize,
+    /// Fraction of the SLO kept in reserve: plans aim at `slo · (1 −
+    /// margin)`. Default 0.1, to absorb execution jitter, the poll loop's
+    /// coarse clock and the time to send the response.
+    pub margin: f64,
+    /// Per-batch forgetting factor of the cost fit. Default 0.9: an
+    /// effective memory of about ten batches, matching the goal of tracking
+    /// a drifting cost within ten batches (abrupt changes are caught sooner
+    /// by [`CHANGE_THRESHOLD`]).
+    pub fit_decay: f64,
+    /// Weight of the newest batch in the latency averages exported as
+    /// telemetry. Default 0.2: about the last five batches.
+    pub latency_ewma: f64,
+    /// Time constant of the arrival-rate estimate. Default 10 × the SLO:
+    /// long enough to count a few hundred requests at the rates where
+    /// batching matters, short enough to follow a load change within a few
+    /// SLOs' worth of batches.
+    pub rate_window_ns: u64,
+    /// A batch whose throughput is within this fraction of the best feasible
+    /// one is good enough, and smaller is preferred (lower latency). Default
+    /// 0.05.
+    pub throughput_tolerance: f64,
+    /// The target batch's throughput must be at least this multiple of the
+    /// arrival rate (so the queue drains). Default 1.25: a load of at most
+    /// 80% of what the chosen batch can serve.
+    pub load_headroom: f64,
+    /// A batch that met its SLO with its slowest request within this
+    /// fraction of it, with no backlog, counts towards over-provisioning.
+    /// Default 0.5: below the knee a share half as large runs about half as
+    /// fast, so such an IF would still meet its SLO with half its share.
+    pub over_fraction: f64,
+    /// Successive occurrences before a [`ProvisioningReport`]. Default 5, as
+    /// in GSLICE: one slow batch is noise, five in a row is a trend.
+    pub report_after: u32,
+}
+
+impl BatchConfig {
+    /// Default for [`BatchConfig::max_batch`].
+    pub const DEFAULT_MAX_BATCH: usize = 32;
+    /// Default for [`BatchConfig::report_after`].
+    pub const DEFAULT_REPORT_AFTER: u32 = 5;
+
+    /// A configuration for `slo_ns` with every other field at its default.
+    pub fn new(slo_ns: u64) -> Self {
+        BatchConfig {
+            slo_ns,
+            max_batch: Self::DEFAULT_MAX_BATCH,
+            margin: 0.1,
+            fit_decay: 0.9,
+            latency_ewma: 0.2,
+            rate_window_ns: slo_ns.saturating_mul(10),
+            throughput_tolerance: 0.05,
+            load_headroom: 1.25,
+            over_fraction: 0.5,
+            report_after: Self::DEFAULT_REPORT_AFTER,
+        }
+    }
+
+    /// Checks every field's range.
+    pub fn validate(&self) -> Result<(), BatchConfigError> {
+        fn check(
+            name: &'static str,
+            value: f64,
+            ok: bool,
+            range: &'static str,
+        ) -> Result<(), BatchConfigError> {
+            if ok {
+                Ok(())
+            } else {
+                Err(BatchConfigError::OutOfRange { name, value, range })
+            }
+        }
+        if self.slo_ns == 0 {
+            return Err(BatchConfigError::ZeroSlo);
+        }
+        if self.max_batch == 0 {
+            return Err(BatchConfigError::ZeroMaxBatch);
+        }
+        if self.report_after == 0 {
+            return Err(BatchConfigError::ZeroReportAfter);
+        }
+        let m = self.margin;
+        check("margin", m, (0.0..1.0).contains(&m), "[0, 1)")?;
+        let d = self.fit_decay;
+        check("fit_decay", d, d > 0.0 && d <= 1.0, "(0, 1]")?;
+        let e = self.latency_ewma;
+        check("latency_ewma", e, e > 0.0 && e <= 1.0, "(0, 1]")?;
+        let w = self.rate_window_ns as f64;
+        check("rate_window_ns", w, self.rate_window_ns > 0, "> 0")?;
+        let t = self.throughput_tolerance;
+        check("throughput_tolerance", t, (0.0..1.0).contains(&t), "[0, 1)")?;
+        let h = self.load_headroom;
+        check("load_headroom", h, h >= 1.0 && h.is_finite(), "[1, inf)")?;
+        let o = self.over_fraction;
+        check("over_fraction", o, o > 0.0 && o < 1.0, "(0, 1)")
+    }
+}
+
+/// Why a [`BatchConfig`] was refused.
+#[derive(Clone, Copy, Debug, Error, PartialEq)]
+pub enum BatchConfigError {
+    /// `slo_ns` is zero.
+    #[error("the SLO must be positive")]
+    ZeroSlo,
+    /// `max_batch` is zero.
+    #[error("max_batch must be at least 1")]
+    ZeroMaxBatch,
+    /// `report_after` is zero.
+    #[error("report_after must be at least 1")]
+    ZeroReportAfter,
+    /// A fraction or factor is outside its range.
+    #[error("{name} = {value} is outside {range}")]
+    OutOfRange {
+        /// The field.
+        name: &'static str,
+        /// Its value.
+        value: f64,
+        /// The accepted range.
+        range: &'static str,
+    },
+}
+
+/// What the driver does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Run the first `batch` queued requests now (`1 ≤ batch ≤ queued`).
+    Dispatch {
+        /// How many requests, from the head of the queue.
+        batch: usize,
+    },
+    /// Do nothing until `until_ns` (always later than now) or the next
+    /// arrival, whichever comes first, then decide again.
+    Wait {
+        /// When to decide again at the latest.
+        until_ns: u64,
+    },
+    /// Nothing to do until a request arrives or the engine finishes: the
+    /// queue is empty or the engine is busy.
+    Idle,
+}
+
+/// Where the current [`CostModel`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CostSource {
+    /// Only one batch size observed so far: latency assumed proportional to
+    /// the batch (`a = 0`), which over-estimates bigger batches.
+    Proportional,
+    /// A least-squares line through at least two batch sizes.
+    Fitted,
+    /// An earlier fitted line, rescaled to recent batches of one size.
+    Rescaled,
+}
+
+/// The batch-cost curve `latency ≈ a + b·batch` as currently estimated.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CostModel {
+    /// Fixed cost of a batch, ns.
+    pub a_ns: f64,
+    /// Cost per request in a batch, ns.
+    pub b_ns: f64,
+    /// Batches observed since the last regime change.
+    pub samples: u64,
+    /// How the line was obtained.
+    pub source: CostSource,
+}
+
+impl CostModel {
+    /// Predicted execution time of a batch of `batch`, ns.
+    pub fn cost_ns(&self, batch: usize) -> f64 {
+        self.a_ns + self.b_ns * batch as f64
+    }
+
+    /// Predicted throughput of back-to-back batches of `batch`, requests
+    /// per ns.
+    pub fn throughput_per_ns(&self, batch: usize) -> f64 {
+        batch as f64 / self.cost_ns(batch).max(1.0)
+    }
+}
+
+/// Something the orchestrator should hear about, after
+/// [`BatchConfig::report_after`] successive occurrences.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProvisioningReport {
+    /// The SLO was missed at batch size 1 every time: the IF needs a larger
+    /// share of the device.
+    Under {
+        /// Successive occurrences (= `report_after`).
+        occurrences: u32,
+        /// The slowest request's end-to-end latency over those batches, ns.
+        worst_e2e_ns: u64,
+        /// The SLO, ns.
+        slo_ns: u64,
+        /// When the last of them finished.
+        at_ns: u64,
+    },
+    /// The SLO was met with room to spare and no backlog every time: the IF
+    /// could do with a smaller share.
+    Over {
+        /// Successive occurrences (= `report_after`).
+        occurrences: u32,
+        /// The slowest request's end-to-end latency over those batches, ns.
+        worst_e2e_ns: u64,
+        /// The SLO, ns.
+        slo_ns: u64,
+        /// The target batch when reported.
+        target_batch: usize,
+        /// When the last of them finished.
+        at_ns: u64,
+    },
+}
+
+/// A snapshot for telemetry: plain numbers, cheap to copy.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct BatchStats {
+    /// The batch size the policy aims for now.
+    pub target_batch: usize,
+    /// Fitted fixed cost `a`, ns (0 before the first batch).
+    pub a_ns: f64,
+    /// Fitted per-request cost `b`, ns (0 before the first batch).
+    pub b_ns: f64,
+    /// Whether the current line was fitted through two or more batch sizes
+    /// (or rescaled from such a fit) rather than guessed from one.
+    pub fit_identified: bool,
+    /// Average execution time of recent batches, ns.
+    pub ewma_exec_ns: f64,
+    /// Average end-to-end latency of the slowest request of recent batches,
+    /// ns.
+    pub ewma_e2e_ns: f64,
+    /// Estimated arrival rate, requests per second.
+    pub arrival_rate_per_s: f64,
+    /// The largest batch dispatched now: the target within the trust region.
+    pub batch_limit: usize,
+    /// `Dispatch` decisions.
+    pub dispatches: u64,
+    /// Requests in those dispatches.
+    pub dispatched_requests: u64,
+    /// Dispatches that deliberately used a neighbour size to learn the
+    /// slope.
+    pub explorations: u64,
+    /// `Wait` decisions.
+    pub waits: u64,
+    /// Batches completed ([`BatchPolicy::on_batch_done`] calls).
+    pub batches_done: u64,
+    /// Completed batches whose slowest request missed the SLO.
+    pub slo_miss_batches: u64,
+    /// Requests shed through [`BatchPolicy::shed`].
+    pub shed: u64,
+    /// Regime changes detected.
+    pub regime_changes: u64,
+    /// Under-provisioning reports issued.
+    pub under_reports: u64,
+    /// Over-provisioning reports issued.
+    pub over_reports: u64,
+}
+
+/// Exponentially-weighted least squares of `y ≈ a + b·x`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Ewls {
+    s0: f64,
+    sx: f64,
+    sy: f64,
+    sxx: f64,
+    sxy: f64,
+    syy: f64,
+}
+
+impl Ewls {
+    fn add(&mut self, decay: f64, x: f64, y: f64) {
+        let d = decay;
+        self.s0 = self.s0 * d + 1.0;
+        self.sx = self.sx * d + x;
+        self.sy = self.sy * d + y;
+        self.sxx = self.sxx * d + x * x;
+        self.sxy = self.sxy * d + x * y;
+        self.syy = self.syy * d + y * y;
+    }
+
+    fn mean_x(&self) -> f64 {
+        self.sx / self.s0
+    }
+
+    fn mean_y(&self) -> f64 {
+        self.sy / self.s0
+    }
+
+    fn var_x(&self) -> f64 {
+        if self.s0 <= 0.0 {
+            return 0.0;
+        }
+        (self.sxx / self.s0 - self.mean_x().powi(2)).max(0.0)
+    }
+
+    /// Weighted sum of squared residuals of the line `(a, b)`.
+    fn sse(&self, a: f64, b: f64) -> f64 {
+        self.syy - 2.0 * a * self.sy - 2.0 * b * self.sxy
+            + a * a * self.s0
+            + 2.0 * a * b * self.sx
+            + b * b * self.sxx
+    }
+
+    /// The least-squares line with `a, b ≥ 0`, or `None` while the batch
+    /// sizes in the window do not vary enough to tell `a` from `b`.
+    fn line(&self) -> Option<(f64, f64)> {
+        let vx = self.var_x();
+        if self.s0 <= 0.0 || vx < MIN_BATCH_VARIANCE {
+            return None;
+        }
+        let (mx, my) = (self.mean_x(), self.mean_y());
+        let b = (self.sxy / self.s0 - mx * my) / vx;
+        let a = my - b * mx;
+        if a >= 0.0 && b >= 0.0 {
+            return Some((a, b));
+        }
+        // The free optimum is outside the quadrant: take the better of the
+        // two edges (flat line through the mean; line through the origin).
+        let flat = (my.max(0.0), 0.0);
+        let origin = (0.0, (self.sxy / self.sxx).max(0.0));
+        if self.sse(flat.0, flat.1) <= self.sse(origin.0, origin.1) {
+            Some(flat)
+        } else {
+            Some(origin)
+        }
+    }
+}
+
+/// Arrival-rate estimate from the queue's arrival times: arrivals and
+/// elapsed time, both decayed with time constant `window`.
+#[derive(Clone, Copy, Debug, Default)]
+struct RateEstimator {
+    count: f64,
+    span_ns: f64,
+    last_now: Option<u64>,
+    /// Newest arrival time seen, and how many queued requests had it.
+    newest: Option<(u64, usize)>,
+}
+
+impl RateEstimator {
+    fn observe(&mut self, window_ns: u64, now: u64, arrivals: &[u64]) {
+        let mut new = self.count_new(arrivals);
+        let last_now = match self.last_now {
+            Some(t) => t,
+            None if arrivals.is_empty() => return,
+            None => {
+                // The first arrival opens the window; the others are new.
+                new -= 1;
+                arrivals[0].min(now)
+            }
+        };
+        let dt = now.saturating_sub(last_now) as f64;
+        let keep = (-dt / window_ns as f64).exp();
+        self.count = self.count * keep + new as f64;
+        self.span_ns = self.span_ns * keep + dt;
+        self.last_now = Some(now.max(last_now));
+    }
+
+    /// Arrivals not seen by an earlier call (the queue only loses requests
+    /// at its head and gains them at its tail).
+    fn count_new(&mut self, arrivals: &[u64]) -> usize {
+        let Some(&last) = arrivals.last() else {
+            return 0;
+        };
+        let at_last = arrivals.len() - arrivals.partition_point(|&t| t < last);
+        let (new, newest) = match self.newest {
+            None => (arrivals.len(), (last, at_last)),
+            Some((ts, seen)) => {
+                let after = arrivals.partition_point(|&t| t <= ts);
+                let at = after - arrivals.partition_point(|&t| t < ts);
+                let new = (arrivals.len() - after) + at.saturating_sub(seen);
+                let newest = match last.cmp(&ts) {
+                    std::cmp::Ordering::Greater => (last, at_last),
+                    std::cmp::Ordering::Equal => (ts, seen.max(at_last)),
+                    std::cmp::Ordering::Less => (ts, seen),
+                };
+                (new, newest)
+            }
+        };
+        self.newest = Some(newest);
+        new
+    }
+
+    fn per_ns(&self) -> f64 {
+        if self.span_ns > 0.0 {
+            self.count / self.span_ns
+        } else {
+            0.0
+        }
+    }
+}
+
+/// The adaptive batching policy of one inference function. See the module
+/// documentation for the algorithm.
+#[derive(Clone, Debug)]
+pub struct BatchPolicy {
+    cfg: BatchConfig,
+    /// `slo · (1 − margin)`, ns.
+    budget_ns: f64,
+    fit: Ewls,
+    model: Option<CostModel>,
+    /// Largest batch seen since the last regime change.
+    max_seen: usize,
+    /// The previous sample and whether it was off the model, and on which
+    /// side (−1, 0, +1).
+    prev: Option<(usize, f64, i8)>,
+    samples_in_regime: u64,
+    target: usize,
+    explore: Option<usize>,
+    rate: RateEstimator,
+    /// The queue held more than a batch since the last completion.
+    queue_built: bool,
+    under_streak: u32,
+    under_worst: u64,
+    over_streak: u32,
+    over_worst: u64,
+    stats: BatchStats,
+}
+
+impl BatchPolicy {
+    /// A policy for `cfg`, starting at batch size 1 with nothing learnt.
+    pub fn new(cfg: BatchConfig) -> Result<Self, BatchConfigError> {
+        cfg.validate()?;
+        Ok(BatchPolicy {
+            cfg,
+            budget_ns: cfg.slo_ns as f64 * (1.0 - cfg.margin),
+            fit: Ewls::default(),
+            model: None,
+            max_seen: 0,
+            prev: None,
+            samples_in_regime: 0,
+            target: 1,
+            explore: None,
+            rate: RateEstimator::default(),
+            queue_built: false,
+            under_streak: 0,
+            under_worst: 0,
+            over_streak: 0,
+            over_worst: 0,
+            stats: BatchStats {
+                target_batch: 1,
+                batch_limit: 1,
+                ..BatchStats::default()
+            },
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BatchConfig {
+        &self.cfg
+    }
+
+    /// The batch size the policy aims for now.
+    pub fn target_batch(&self) -> usize {
+        self.target
+    }
+
+    /// The largest batch [`decide`](Self::decide) dispatches now: the target,
+    /// capped at [`TRUST_REGION`] times the largest batch seen since the
+    /// last regime change, so the fitted line is never extrapolated far
+    /// (cold start grows 1, 2, 4, 8, ... and verifies each step).
+    pub fn batch_limit(&self) -> usize {
+        let trust = (TRUST_REGION * self.max_seen).max(2);
+        self.target.min(trust).min(self.cfg.max_batch)
+    }
+
+    /// The current cost curve, `None` before the first batch finished.
+    pub fn cost_model(&self) -> Option<CostModel> {
+        self.model
+    }
+
+    /// Estimated arrival rate, requests per second.
+    pub fn arrival_rate_per_s(&self) -> f64 {
+        self.rate.per_ns() * 1e9
+    }
+
+    /// Telemetry snapshot.
+    pub fn stats(&self) -> BatchStats {
+        let mut s = self.stats;
+        s.target_batch = self.target;
+        s.batch_limit = self.batch_limit();
+        if let Some(m) = self.model {
+            s.a_ns = m.a_ns;
+            s.b_ns = m.b_ns;
+            s.fit_identified = m.source != CostSource::Proportional;
+        }
+        s.arrival_rate_per_s = self.arrival_rate_per_s();
+        s
+    }
+
+    /// How many requests at the head of the queue to answer OVERLOADED now.
+    /// `queued_arrivals` are the queue's arrival times, oldest first.
+    ///
+    /// A request is shed when it cannot meet the SLO even if run alone right
+    /// now (`now − arrival + cost(1) > slo`; before any batch has run,
+    /// `cost(1)` counts as 0), or, under overload (more than a
+    /// [`batch_limit`](Self::batch_limit) still queued behind it), when it
+    /// could not finish within the budget in a batch of that size. Call it when the engine is idle, before
+    /// [`decide`](Self::decide): "right now" is then exact.
+    pub fn shed_count(&self, now_ns: u64, queued_arrivals: &[u64]) -> usize {
+        let age = |t: u64| now_ns.saturating_sub(t) as f64;
+        let slo = self.cfg.slo_ns as f64;
+        let cost1 = self.model.map_or(0.0, |m| m.cost_ns(1));
+        let mut k = queued_arrivals
+            .iter()
+            .take_while(|&&t| age(t) + cost1 > slo)
+            .count();
+        if let Some(m) = self.model.filter(|m| m.source != CostSource::Proportional) {
+            let n = self.batch_limit();
+            let cost_n = m.cost_ns(n);
+            while queued_arrivals.len() - k > n && age(queued_arrivals[k]) + cost_n > self.budget_ns
+            {
+                k += 1;
+            }
+        }
+        k
+    }
+
+    /// [`shed_count`](Self::shed_count), counted in the statistics: the
+    /// driver answers that many requests from the head OVERLOADED and removes
+    /// them from the queue.
+    pub fn shed(&mut self, now_ns: u64, queued_arrivals: &[u64]) -> usize {
+        let k = self.shed_count(now_ns, queued_arrivals);
+        self.stats.shed += k as u64;
+        k
+    }
+
+    /// What to do now. `queued_arrivals` are the arrival times of the queued
+    /// requests, oldest first; `engine_idle` says whether a batch can start.
+    pub fn decide(&mut self, now_ns: u64, queued_arrivals: &[u64], engine_idle: bool) -> Decision {
+        self.rate
+            .observe(self.cfg.rate_window_ns, now_ns, queued_arrivals);
+        let q = queued_arrivals.len();
+        if q == 0 {
+            return Decision::Idle;
+        }
+        let limit = self.batch_limit();
+        if !engine_idle {
+            if q > limit {
+                self.queue_built = true;
+            }
+            return Decision::Idle;
+        }
+        let Some(model) = self.model else {
+            return self.dispatch(q.min(limit), q);
+        };
+        let oldest = queued_arrivals[0];
+        let waited = now_ns.saturating_sub(oldest) as f64;
+        let cap = q.min(self.cfg.max_batch);
+        let largest_within = |bound: f64, upto: usize| {
+            (1..=upto)
+                .rev()
+                .find(|&n| waited + model.cost_ns(n) <= bound)
+                .unwrap_or(0)
+        };
+        let n_fit = largest_within(self.budget_ns, cap);
+        if n_fit == 0 {
+            // The oldest request misses the budget whatever we do: save its
+            // SLO if a smaller batch still can, else serve a full batch.
+            let n = largest_within(self.cfg.slo_ns as f64, cap.min(limit));
+            return self.dispatch(if n == 0 { q.min(limit) } else { n }, q);
+        }
+        let n = n_fit.min(limit);
+        if let Some(e) = self.explore {
+            if e != n && e <= n_fit {
+                self.stats.explorations += 1;
+                return self.dispatch(e, q);
+            }
+        }
+        if n < q || q >= limit || model.source == CostSource::Proportional {
+            return self.dispatch(n, q);
+        }
+        match self.wait_until(now_ns, oldest, q, limit, &model) {
+            Some(until_ns) => {
+                self.stats.waits += 1;
+                Decision::Wait { until_ns }
+            }
+            None => self.dispatch(n, q),
+        }
+    }
+
+    /// Waiting for `limit − q` more arrivals pays when `q` requests per
+    /// batch cannot keep up with the arrival rate; it is allowed only until
+    /// a batch of `limit` started then would still finish within the oldest
+    /// request's budget.
+    fn wait_until(
+        &self,
+        now: u64,
+        oldest: u64,
+        q: usize,
+        limit: usize,
+        model: &CostModel,
+    ) -> Option<u64> {
+        let rate = self.rate.per_ns();
+        if rate <= 0.0 || model.throughput_per_ns(q) >= rate {
+            return None;
+        }
+        let slack = self.budget_ns - model.cost_ns(limit);
+        if slack < 0.0 {
+            return None;
+        }
+        let latest = oldest.saturating_add(slack.floor() as u64);
+        let fill = now.saturating_add(((limit - q) as f64 / rate).ceil() as u64);
+        let until = latest.min(fill);
+        (until > now).then_some(until)
+    }
+
+    fn dispatch(&mut self, n: usize, q: usize) -> Decision {
+        debug_assert!(n >= 1 && n <= q);
+        if q > n {
+            self.queue_built = true;
+        }
+        self.stats.dispatches += 1;
+        self.stats.dispatched_requests += n as u64;
+        Decision::Dispatch { batch: n }
+    }
+
+    /// A batch of `batch` requests finished at `now_ns` after running for
+    /// `exec_ns`; its slowest request's end-to-end latency (arrival to now)
+    /// was `max_e2e_ns`. Learns from it and returns a report for the
+    /// orchestrator when one is due. A `batch` of 0 is ignored.
+    pub fn on_batch_done(
+        &mut self,
+        batch: usize,
+        exec_ns: u64,
+        max_e2e_ns: u64,
+        now_ns: u64,
+    ) -> Option<ProvisioningReport> {
+        if batch == 0 {
+            return None;
+        }
+        let s = &mut self.stats;
+        s.batches_done += 1;
+        let w = self.cfg.latency_ewma;
+        let ewma =
+            |old: f64, new: f64, first: bool| if first { new } else { old + w * (new - old) };
+        let first = s.batches_done == 1;
+        s.ewma_exec_ns = ewma(s.ewma_exec_ns, exec_ns as f64, first);
+        s.ewma_e2e_ns = ewma(s.ewma_e2e_ns, max_e2e_ns as f64, first);
+        let missed = max_e2e_ns > self.cfg.slo_ns;
+        if missed {
+            s.slo_miss_batches += 1;
+        }
+        let report = self.provisioning(batch, max_e2e_ns, missed, now_ns);
+        self.learn(batch, exec_ns as f64);
+        self.queue_built = false;
+        report
+    }
+
+    fn provisioning(
+        &mut self,
+        batch: usize,
+        e2e: u64,
+        missed: bool,
+        now: u64,
+    ) -> Option<ProvisioningReport> {
+        let slo = self.cfg.slo_ns;
+        if missed {
+            self.over_streak = 0;
+            if batch == 1 {
+                self.under_worst = if self.under_streak == 0 {
+                    e2e
+                } else {
+                    self.under_worst.max(e2e)
+                };
+                self.under_streak += 1;
+            }
+        } else {
+            self.under_streak = 0;
+            let roomy = e2e as f64 <= self.cfg.over_fraction * slo as f64;
+            if roomy && !self.queue_built {
+                self.over_worst = if self.over_streak == 0 {
+                    e2e
+                } else {
+                    self.over_worst.max(e2e)
+                };
+                self.over_streak += 1;
+            } else {
+                self.over_streak = 0;
+            }
+        }
+        let due = self.cfg.report_after;
+        if self.under_streak >= due {
+            self.under_streak = 0;
+            self.stats.under_reports += 1;
+            return Some(ProvisioningReport::Under {
+                occurrences: due,
+                worst_e2e_ns: self.under_worst,
+                slo_ns: slo,
+                at_ns: now,
+            });
+        }
+        if self.over_streak >= due {
+            self.over_streak = 0;
+            self.stats.over_reports += 1;
+            return Some(ProvisioningReport::Over {
+                occurrences: due,
+                worst_e2e_ns: self.over_worst,
+                slo_ns: slo,
+                target_batch: self.target,
+                at_ns: now,
+            });
+        }
+        None
+    }
+
+    /// Adds the sample, refits, re-plans the target and the exploration.
+    fn learn(&mut self, n: usize, exec: f64) {
+        let decay = self.cfg.fit_decay;
+        let side = match self.model {
+            Some(m) if m.source != CostSource::Proportional => {
+                let r = exec / m.cost_ns(n).max(1.0);
+                if r > 1.0 + CHANGE_THRESHOLD {
+                    1
+                } else if r < 1.0 - CHANGE_THRESHOLD {
+                    -1
+                } else {
+                    0
+                }
+            }
+            _ => 0,
+        };
+        let changed = side != 0 && matches!(self.prev, Some((_, _, s)) if s == side);
+        if changed {
+            self.stats.regime_changes += 1;
+            self.fit = Ewls::default();
+            self.samples_in_regime = 0;
+            self.max_seen = 0;
+            if let Some((pn, py, _)) = self.prev {
+                self.fit.add(decay, pn as f64, py);
+                self.samples_in_regime = 1;
+                self.max_seen = pn;
+            }
+        }
+        self.fit.add(decay, n as f64, exec);
+        self.samples_in_regime += 1;
+        self.max_seen = self.max_seen.max(n);
+        self.prev = Some((n, exec, if changed { 0 } else { side }));
+
+        let samples = self.samples_in_regime;
+        self.model = Some(match (self.fit.line(), self.model) {
+            (Some((a_ns, b_ns)), _) => CostModel {
+                a_ns,
+                b_ns,
+                samples,
+                source: CostSource::Fitted,
+            },
+            (None, Some(m)) if m.source != CostSource::Proportional => {
+                let at_mean = m.a_ns + m.b_ns * self.fit.mean_x();
+                let scale = self.fit.mean_y() / at_mean.max(1.0);
+                CostModel {
+                    a_ns: m.a_ns * scale,
+                    b_ns: m.b_ns * scale,
+                    samples,
+                    source: CostSource::Rescaled,
+                }
+            }
+            _ => CostModel {
+                a_ns: 0.0,
+                b_ns: self.fit.mean_y() / self.fit.mean_x().max(1.0),
+                samples,
+                source: CostSource::Proportional,
+            },
+        });
+
+        let model = self.model.expect("set above");
+        self.target = if model.source == CostSource::Proportional {
+            self.slab_step(n, exec)
+        } else {
+            self.plan(&model)
+        };
+        self.explore = if self.fit.var_x() < MIN_BATCH_VARIANCE {
+            self.neighbour()
+        } else {
+            None
+        };
+    }
+
+    /// GSLICE's SLAB step: scale the batch by the ratio of the steady-state
+    /// execution budget (`budget/2`) to the observed latency.
+    fn slab_step(&self, n: usize, exec: f64) -> usize {
+        let exec_budget = self.budget_ns / 2.0;
+        let grown = (n as f64 * exec_budget / exec.max(1.0)).floor() as usize;
+        let step = grown.clamp(1, (SLAB_MAX_GROWTH * n).min(self.cfg.max_batch));
+        if exec > exec_budget {
+            step
+        } else {
+            // A batch smaller than the target that fitted says nothing
+            // against the target.
+            step.max(self.target)
+        }
+    }
+
+    /// The smallest batch within the throughput tolerance of the best
+    /// feasible one that also keeps up with the arrival rate.
+    fn plan(&self, m: &CostModel) -> usize {
+        // The tolerance only absorbs float rounding of the fit (a batch whose
+        // predicted cost is the budget to the last bit is feasible).
+        let exec_budget = self.budget_ns / 2.0 * (1.0 + 1e-9);
+        let n_max = (1..=self.cfg.max_batch)
+            .rev()
+            .find(|&n| m.cost_ns(n) <= exec_budget)
+            .unwrap_or(1);
+        let best = m.throughput_per_ns(n_max);
+        let need = (self.rate.per_ns() * self.cfg.load_headroom).min(best);
+        let enough = ((1.0 - self.cfg.throughput_tolerance) * best).max(need) * (1.0 - 1e-9);
+        (1..=n_max)
+            .find(|&n| m.throughput_per_ns(n) >= enough)
+            .unwrap_or(n_max)
+    }
+
+    /// A batch size other than the window's only one, to learn the slope.
+    fn neighbour(&self) -> Option<usize> {
+        let t = self.batch_limit();
+        if (t as f64 - self.fit.mean_x()).abs() >= 1.0 {
+            return None; // the next batch at the target varies the window
+        }
+        let e = if t >= 2 { t - (t / 4).max(1) } else { 2 };
+        (e <= self.cfg.max_batch && e != t).then_some(e)
+    }
+}
