@@ -15,6 +15,9 @@
 //!   slot and offset its bytes go to, when a request is complete, and which
 //!   requests are answered BAD_REQUEST, INCOMPLETE or OVERLOADED, exactly
 //!   once each.
+//! - [`engine`]: the framework callback interface (`init`, `deinit`,
+//!   `load_model`, `link_model`, `configure_batch`, `infer_batch`) every
+//!   inference engine is hosted through.
 //! - [`batching`]: the sans-IO batching policy (SLAB plus an online fit of
 //!   the batch-cost curve): when to run a batch and how big, which requests
 //!   to shed, and when to report under- or over-provisioning.
@@ -23,5 +26,6 @@
 
 pub mod answered;
 pub mod batching;
+pub mod engine;
 pub mod reassembly;
 pub mod wire;

@@ -1,0 +1,103 @@
+//! The framework callback interface: how an inference function hosts any
+//! inference engine.
+//!
+//! As in GSLICE, an engine is six callbacks: [`Framework::init`],
+//! [`Framework::deinit`], [`Framework::load_model`], [`Framework::link_model`]
+//! (attach a model already in memory, e.g. shared from another process),
+//! [`Framework::configure_batch`] and [`Framework::infer_batch`]. Rust IFs
+//! implement the trait; C/C++ IFs fill a struct of function pointers declared
+//! in the C header under `ffi/` and are adapted to the same trait.
+//!
+//! Contract:
+//! - `init` is called once, first, with the engine's share of the device
+//!   (intra-op threads on a CPU); a thread pool or a CUDA context is fixed
+//!   from then on (which is why a share change needs a new process).
+//! - Exactly one of `load_model` / `link_model` is called, once, after `init`.
+//! - `configure_batch(max)` is called before the first `infer_batch` and
+//!   whenever the largest batch the IF may run changes; an engine may
+//!   pre-allocate or pre-optimise for it.
+//! - `infer_batch` gets `batch` inputs laid out back to back in the model's
+//!   input layout (`batch * input_elems` f32 values, NCHW) and writes
+//!   `batch * output_elems` f32 values. It must not keep references to
+//!   either slice after it returns.
+//! - `deinit` is called once, last (also after an error); it must not fail.
+
+use std::path::Path;
+
+use thiserror::Error;
+
+/// What the engine needs to know before it loads anything.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Intra-op threads (the CPU form of the IF's device share).
+    pub intra_op_threads: usize,
+}
+
+/// The tensors of a loaded model, as the engine found them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Input tensor name.
+    pub input_name: String,
+    /// Input shape without the batch dimension (e.g. `[3, 224, 224]`).
+    pub input_shape: Vec<usize>,
+    /// Output tensor name.
+    pub output_name: String,
+    /// Output shape without the batch dimension (e.g. `[1000]`).
+    pub output_shape: Vec<usize>,
+}
+
+impl ModelInfo {
+    /// f32 values of one input.
+    pub fn input_elems(&self) -> usize {
+        self.input_shape.iter().product()
+    }
+
+    /// f32 values of one output.
+    pub fn output_elems(&self) -> usize {
+        self.output_shape.iter().product()
+    }
+}
+
+/// Why an engine call failed.
+#[derive(Debug, Error)]
+pub enum EngineError {
+    /// The engine's library could not be found or loaded.
+    #[error("inference engine library unavailable: {0}")]
+    Library(String),
+    /// The model could not be read, parsed or prepared.
+    #[error("cannot load model {model}: {reason}")]
+    Model {
+        /// Path or description of the model.
+        model: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Inputs or outputs do not have the sizes the model needs.
+    #[error("shape mismatch: {0}")]
+    Shape(String),
+    /// A call came out of order (e.g. `infer_batch` before a model).
+    #[error("engine used out of order: {0}")]
+    Order(&'static str),
+    /// The engine failed while running.
+    #[error("inference failed: {0}")]
+    Run(String),
+}
+
+/// An inference engine, as the six callbacks of GSLICE's interface.
+pub trait Framework: Send {
+    /// A short name for logs and telemetry (e.g. "onnxruntime").
+    fn name(&self) -> &str;
+    /// Sets up the engine with its share of the device.
+    fn init(&mut self, config: &EngineConfig) -> Result<(), EngineError>;
+    /// Loads a model from a file.
+    fn load_model(&mut self, path: &Path) -> Result<ModelInfo, EngineError>;
+    /// Attaches a model whose bytes are already in memory (for example a
+    /// model store shared between processes).
+    fn link_model(&mut self, model_bytes: &[u8]) -> Result<ModelInfo, EngineError>;
+    /// Prepares for batches of up to `max_batch` inputs.
+    fn configure_batch(&mut self, max_batch: usize) -> Result<(), EngineError>;
+    /// Runs `batch` inputs; see the module docs for the layout.
+    fn infer_batch(&mut self, input: &[f32], batch: usize, output: &mut [f32]) -> Result<(), EngineError>;
+    /// Releases everything; the engine is not used again.
+    fn deinit(&mut self);
+}
