@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use dpdk::{Mbuf, MbufBurst, Port, QueueId, Ring};
 use libml::wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
 
-use crate::backoff::{IdleAction, IdleBackoff};
+use libml::backoff::{IdleAction, IdleBackoff};
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
 use crate::routes::RouteTable;

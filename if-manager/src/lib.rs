@@ -11,8 +11,8 @@
 //!
 //! Design:
 //! - a sans-IO core — [`classify`] (what a frame is), `libml::answered`
-//!   (which unknown-IF requests were already answered), [`backoff`] (what to do
-//!   when idle), [`routes`] (the lock-free route table), [`outcome`] (one
+//!   (which unknown-IF requests were already answered), `libml::backoff`
+//!   (what to do when idle), [`routes`] (the lock-free route table), [`outcome`] (one
 //!   named fate and counter per packet) — tested on plain bytes and time;
 //! - a thin driver, [`dataplane`], that runs that core over DPDK through
 //!   the `dpdk` wrapper crate; this crate has no `unsafe` of its own;
@@ -27,7 +27,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod backoff;
 pub mod classify;
 pub mod config;
 pub mod control;

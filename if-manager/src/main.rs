@@ -19,7 +19,7 @@ use clap::Parser;
 use dpdk::{Eal, Mempool, Port, PortId, ProcessType, Ring, RingFlags};
 use serde_json::{json, Value};
 
-use if_manager::backoff::IdleBackoff;
+use libml::backoff::IdleBackoff;
 use if_manager::classify::DstFilter;
 use if_manager::config::{names, Args};
 use if_manager::control::{self, drain_ring, Registry};

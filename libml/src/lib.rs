@@ -9,6 +9,8 @@
 //!   responses and errors) and of the Ethernet/IPv4/UDP frames that carry
 //!   them. It takes bytes and returns typed views or errors; it never
 //!   panics on untrusted input and holds no `unsafe`.
+//! - [`backoff`]: what a poll loop does when idle (pause, then sleeps
+//!   doubling up to a cap), so idle pollers do not burn a core.
 //! - [`answered`]: a fixed-size, time-bounded memory of answered requests,
 //!   so that fragments arriving after an answer do not cause a second one.
 //! - [`reassembly`]: the sans-IO reassembler: per fragment, which input-pool
@@ -25,6 +27,7 @@
 #![deny(unsafe_code)]
 
 pub mod answered;
+pub mod backoff;
 pub mod batching;
 pub mod engine;
 pub mod reassembly;

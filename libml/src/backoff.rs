@@ -1,7 +1,9 @@
-//! What the poll loop does when a poll finds nothing.
+//! What a poll loop does when a poll finds nothing.
 //!
 //! A poll-mode driver that spins on an empty queue burns a whole core; on a
 //! 2-core machine that is half the box, taken from the inference functions.
+//! The if-manager's RX loop and an inference function's ring consumer both
+//! use it.
 //! [`IdleBackoff`] escalates: first it keeps polling (with a CPU `pause`
 //! between polls, which costs nothing in latency), then it sleeps for short,
 //! doubling intervals up to a cap. Any packet resets it.
