@@ -4,9 +4,10 @@
 
 CARGO   ?= cargo
 PROFILE ?= release
+PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build test demo bench fuzz lint fmt clean
+.PHONY: all setup build models test test-models demo bench fuzz lint fmt clean
 
 all: build
 
@@ -17,10 +18,20 @@ setup:
 build: setup
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
 
+# The model repository models/ (git-ignored) from configs/models.toml: the
+# ONNX project's light model-zoo copies made batchable, with seeded random
+# weights, checked against onnxruntime. Cheap when up to date (~0.5 s);
+# MODELS=squeezenet,resnet50 picks some, FORCE=1 rebuilds.
+models: setup
+	$(PYTHON) scripts/prepare_models.py --out models $(if $(MODELS),--only $(MODELS)) $(if $(FORCE),--force)
+
+test-models: setup
+	$(PYTHON) -m unittest scripts/test_prepare_models.py
+
 # Unit and property tests of every crate, then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
 # polling DPDK processes and the machine has 2 cores.
-test: build
+test: build models test-models
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
 

@@ -1,0 +1,988 @@
+#!/usr/bin/env python3
+"""Build kneepoint's model repository (`make models`).
+
+Source: the light model-zoo copies that ship inside the `onnx` Python package
+(onnx/backend/test/data/light/light_*.onnx). As shipped they cannot serve:
+the batch dimension is fixed at 1 (also inside Reshape shape constants), and
+every weight is a ConstantOfShape(0.02), so every input gives the same output.
+For each model listed in configs/models.toml this script writes
+
+    <out>/<name>/model.onnx      symbolic batch "N", seeded random weights, IR 4
+    <out>/<name>/config.toml     the repository entry (schema: configs/models.toml)
+    <out>/<name>/check/          reference data for the Rust tests:
+        input_b8.f32             8 x C x H x W  f32 little-endian, NCHW (normalised)
+        output_b8.f32            the model's output on it
+        input_b8.u8              8 x H x W x 3  u8 RGB, HWC
+        output_b8_from_u8.f32    the output on x[c,h,w] = (u8[h,w,c]/255 - mean[c]) / std[c]
+        check.json               shapes, seeds, top-5 per sample, check results, latencies
+
+How the weights are made (deterministic: one numpy Generator per tensor,
+seeded from [model seed, crc32(tensor name)]):
+  * Conv / hidden Gemm weights: He/Kaiming normal, std = sqrt(2 / fan_in);
+    biases N(0, 0.01). Caffe2 "scale" layers (Unsqueeze -> Mul / Add after a
+    BatchNormalization): multiplier U(0.8, 1.2), addend N(0, 0.05).
+  * BatchNormalization: scale U(0.8, 1.2), bias N(0, 0.05); mean and var are
+    then *calibrated*: set, one dependency level at a time, to the per-channel
+    statistics of the BN's input on a few random images (what a trained
+    network's running statistics are). Without this, ResNet/ShuffleNet
+    activations double at every residual sum (rms 1e3-1e4 at the end) and the
+    softmax is one-hot and the same for every input.
+  * The classifier (last Gemm/Conv) is calibrated on 16 random images: each
+    class's pre-activation is centred and scaled to std 3 (data-dependent init,
+    as in weight normalisation). Random deep nets map all inputs close to one
+    common direction; without the centring, that common part decides the top-5
+    and all inputs get the same classes.
+
+"Random images" are random smooth colour fields (sums of bilinearly upsampled
+Gaussian noise at several scales, a random tint and contrast, a little pixel
+noise), not i.i.d. pixel noise: i.i.d. noise averages out in the global pooling
+and gives (nearly) the same output for every image, as it would with a trained
+model too.
+
+Usage: python scripts/prepare_models.py [--out models] [--only a,b] [--force]
+                                       [--config configs/models.toml] [--cal-threads 1]
+Skips a model whose files exist and whose stamp (sha256 of the source file,
+SCRIPT_VERSION, seed, numpy/onnx/onnxruntime versions) matches; config.toml is
+still rewritten when only configs/models.toml's serving fields changed.
+Exits non-zero if any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import json
+import math
+import os
+import sys
+import time
+import tomllib
+import zlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+# Bump when anything that changes model.onnx or check/ changes.
+SCRIPT_VERSION = 1
+SCHEMA_VERSION = 1
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_CONFIG = REPO / "configs" / "models.toml"
+DEFAULT_OUT = REPO / "models"
+LIGHT_DIR = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+
+BATCH_PARAM = "N"
+TARGET_IR = 4  # IR 4: initializers need not be graph inputs; fits opset 9
+LOGIT_STD = 3.0  # target spread of the calibrated classifier's logits
+BN_CAL_IMAGES = 2
+CLS_CAL_IMAGES = 16
+CHECK_BATCH = 8
+REL_TOL = 1e-4
+MIN_DISTINCT_TOP5 = 6  # of 8 samples: distinct ordered top-5 lists
+
+INPUT_FORMATS = ("rgb_u8_hwc", "f32_nchw")
+ENGINES = ("onnxruntime", "tract")
+# Fields a models.toml entry may have. seed, source, input_shape, mean and std
+# change model.onnx or check/ (they are in the stamp); the others only
+# config.toml, which is rewritten without a rebuild when they change.
+ENTRY_FIELDS = {
+    "name", "source", "if_id", "input_format", "input_shape", "top_k", "slo_ms",
+    "engine", "intra_op_threads", "mean", "std", "seed", "knee",
+}
+
+# Ops that keep the batch on axis 0 and never mix samples, whatever attributes.
+BATCH_SAFE_OPS = {
+    "Conv", "ConvTranspose", "BatchNormalization", "InstanceNormalization", "LRN",
+    "Relu", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "Clip", "Elu", "Selu",
+    "HardSigmoid", "Softplus", "Softsign", "Exp", "Log", "Sqrt", "Neg", "Abs",
+    "Reciprocal", "Identity", "Dropout", "Cast",
+    "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LpPool",
+    "Add", "Sub", "Mul", "Div", "Sum", "Max", "Min", "Mean", "Pow",
+}
+
+
+# --------------------------------------------------------------------------
+# small helpers
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+def dims(vi) -> list:
+    return [d.dim_param if d.dim_param else d.dim_value for d in vi.type.tensor_type.shape.dim]
+
+
+def consumers(g) -> dict:
+    c = collections.defaultdict(list)
+    for n in g.node:
+        for i, name in enumerate(n.input):
+            if name:
+                c[name].append((n, i))
+    return c
+
+
+def producers(g) -> dict:
+    return {o: n for n in g.node for o in n.output if o}
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+# --------------------------------------------------------------------------
+# configs/models.toml
+
+
+def load_config(path: Path) -> tuple[dict, list[dict]]:
+    with open(path, "rb") as f:
+        cfg = tomllib.load(f)
+    defaults = cfg.get("defaults", {})
+    entries = []
+    seen_names, seen_ids = set(), set()
+    for raw in cfg.get("model", []):
+        e = dict(defaults)
+        e.update(raw)
+        unknown = set(e) - ENTRY_FIELDS
+        if unknown:
+            raise SystemExit(f"{path}: model {e.get('name')}: unknown field(s) {sorted(unknown)}")
+        for req in ("name", "source", "if_id", "input_shape", "slo_ms"):
+            if req not in e:
+                raise SystemExit(f"{path}: model {e.get('name')}: missing '{req}'")
+        e.setdefault("input_format", "rgb_u8_hwc")
+        e.setdefault("top_k", 5)
+        e.setdefault("engine", "onnxruntime")
+        e.setdefault("intra_op_threads", 1)
+        e.setdefault("mean", [0.485, 0.456, 0.406])
+        e.setdefault("std", [0.229, 0.224, 0.225])
+        e.setdefault("seed", zlib.crc32(e["name"].encode()) & 0x7FFFFFFF)
+        if e["input_format"] not in INPUT_FORMATS:
+            raise SystemExit(f"{path}: {e['name']}: input_format must be one of {INPUT_FORMATS}")
+        if e["engine"] not in ENGINES:
+            raise SystemExit(f"{path}: {e['name']}: engine must be one of {ENGINES}")
+        if not (1 <= int(e["if_id"]) <= 65535):
+            raise SystemExit(f"{path}: {e['name']}: if_id must be 1..65535")
+        if e["name"] in seen_names or e["if_id"] in seen_ids:
+            raise SystemExit(f"{path}: duplicate name or if_id: {e['name']} / {e['if_id']}")
+        if len(e["input_shape"]) != 3 or e["input_shape"][0] != 3:
+            raise SystemExit(f"{path}: {e['name']}: input_shape must be [3, H, W]")
+        if len(e["mean"]) != 3 or len(e["std"]) != 3:
+            raise SystemExit(f"{path}: {e['name']}: mean and std need 3 values")
+        seen_names.add(e["name"])
+        seen_ids.add(e["if_id"])
+        entries.append(e)
+    return defaults, entries
+
+
+def stamp_for(entry: dict, source_sha: str) -> str:
+    build = {
+        "script_version": SCRIPT_VERSION,
+        "source_sha256": source_sha,
+        "seed": entry["seed"],
+        "input_shape": list(entry["input_shape"]),
+        "mean": list(entry["mean"]),
+        "std": list(entry["std"]),
+        "numpy": np.__version__,
+        "onnx": onnx.__version__,
+        "onnxruntime": ort.__version__,
+    }
+    return hashlib.sha256(json.dumps(build, sort_keys=True).encode()).hexdigest()
+
+
+# --------------------------------------------------------------------------
+# (a) symbolic batch
+
+
+def constant_value(name: str, inits: dict, prod: dict):
+    """Value of a tensor that is an initializer or a Constant node's output."""
+    if name in inits:
+        return numpy_helper.to_array(inits[name])
+    n = prod.get(name)
+    if n is not None and n.op_type == "Constant":
+        return numpy_helper.to_array(attr(n, "value"))
+    return None
+
+
+def batch_carrying(g) -> set:
+    """Tensors that depend on a real (non-initializer) graph input."""
+    init_names = {t.name for t in g.initializer}
+    live = {i.name for i in g.input if i.name not in init_names}
+    for n in g.node:  # nodes are topologically sorted in a valid model
+        if any(i in live for i in n.input if i):
+            live.update(o for o in n.output if o)
+    return live
+
+
+def make_batch_symbolic(m) -> list[str]:
+    """Turn the fixed batch of 1 into BATCH_PARAM; returns what it changed.
+
+    Reshapes of batch-carrying data whose target shape starts with 1 get 0
+    there ("copy the input's dim 0"). Every other op on batch-carrying data
+    must be one that cannot bake the batch in; anything else is an error.
+    """
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    prod = producers(g)
+    live = batch_carrying(g)
+    changes = []
+    replaced = set()
+    for n in g.node:
+        if not any(i in live for i in n.input if i):
+            continue
+        op = n.op_type
+        if op == "Reshape":
+            shape = constant_value(n.input[1], inits, prod)
+            if shape is None:
+                raise ValueError(f"Reshape {n.output[0]}: shape is not a constant")
+            if n.input[1] in live:
+                raise ValueError(f"Reshape {n.output[0]}: shape depends on the input")
+            if shape[0] in (0, -1):
+                continue
+            if shape[0] != 1:
+                raise ValueError(f"Reshape {n.output[0]}: leading dim {shape[0]} is not the batch")
+            new = shape.copy()
+            new[0] = 0
+            # a fresh initializer per node: shape constants may be shared
+            new_name = f"{n.input[1]}__batch{len(changes)}"
+            g.initializer.append(numpy_helper.from_array(new.astype(np.int64), new_name))
+            changes.append(f"Reshape {n.output[0]}: {shape.tolist()} -> {new.tolist()}")
+            replaced.add(n.input[1])
+            n.input[1] = new_name
+        elif op == "Transpose":
+            perm = attr(n, "perm")
+            if perm is None or perm[0] != 0:
+                raise ValueError(f"Transpose {n.output[0]} moves the batch axis: {perm}")
+        elif op == "Flatten":
+            if attr(n, "axis", 1) == 0:
+                raise ValueError(f"Flatten {n.output[0]}: axis 0 folds the batch")
+        elif op in ("Softmax", "LogSoftmax", "Hardmax"):
+            if attr(n, "axis", 1) == 0:  # opset < 13 coerces to 2-D at axis: 0 mixes samples
+                raise ValueError(f"{op} {n.output[0]}: axis 0 mixes samples")
+        elif op in ("Concat", "Split"):
+            if attr(n, "axis", 0) == 0:
+                raise ValueError(f"{op} {n.output[0]}: axis 0 mixes samples")
+        elif op in ("Squeeze", "Unsqueeze"):
+            axes = attr(n, "axes")
+            if axes is None or 0 in axes:
+                raise ValueError(f"{op} {n.output[0]}: axes {axes} touch the batch")
+        elif op == "Gemm":
+            if n.input[0] not in live or any(i in live for i in n.input[1:]) or attr(n, "transA", 0):
+                raise ValueError(f"Gemm {n.output[0]}: the batch must be A's rows")
+        elif op == "MatMul":
+            if n.input[1] in live:
+                raise ValueError(f"MatMul {n.output[0]}: batch-carrying B")
+        elif op not in BATCH_SAFE_OPS:
+            raise ValueError(f"{op} {n.output[0]}: not known to be batch-safe")
+    # drop shape constants that only the replaced Reshapes used
+    used = {i for n in g.node for i in n.input}
+    stale = {name for name in replaced if name not in used}
+    if stale:
+        keep = [t for t in g.initializer if t.name not in stale]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+        keep_in = [i for i in g.input if i.name not in stale]
+        del g.input[:]
+        g.input.extend(keep_in)
+    real = [i for i in g.input if i.name not in inits]
+    for vi in list(real) + list(g.output):
+        d = vi.type.tensor_type.shape.dim
+        if not d:
+            raise ValueError(f"{vi.name} has no shape")
+        if d[0].dim_param != BATCH_PARAM:
+            if d[0].dim_value not in (0, 1):
+                raise ValueError(f"{vi.name}: dim 0 is {d[0].dim_value}, not a batch of 1")
+            d[0].Clear()
+            d[0].dim_param = BATCH_PARAM
+    del g.value_info[:]  # stale fixed-batch shapes; ORT re-infers
+    return changes
+
+
+# --------------------------------------------------------------------------
+# (b) random weights
+
+
+def param_role(name: str, cons: dict) -> tuple[str, int, object]:
+    """The (op, input index, node) a parameter feeds, through Unsqueeze/Reshape."""
+    roles = []
+    stack = [name]
+    while stack:
+        t = stack.pop()
+        for n, i in cons.get(t, []):
+            if n.op_type in ("Unsqueeze", "Reshape", "Identity") and i == 0:
+                stack.append(n.output[0])
+            else:
+                roles.append((n.op_type, i, n))
+    kinds = {(op, i) for op, i, _ in roles}
+    if len(kinds) != 1:
+        raise ValueError(f"parameter {name} has roles {sorted(kinds)}")
+    return roles[0]
+
+
+def random_param(name: str, shape: tuple, role, seed: int) -> np.ndarray:
+    op, idx, node = role
+    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+
+    def normal(std):
+        return (rng.standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
+
+    def uniform(lo, hi):
+        return rng.uniform(lo, hi, shape).astype(np.float32)
+
+    if op == "Conv" and idx == 1:
+        fan_in = int(np.prod(shape[1:]))  # (C_in / group) * kH * kW
+        return normal(math.sqrt(2.0 / fan_in))
+    if op == "Gemm" and idx == 1:
+        fan_in = shape[1] if attr(node, "transB", 0) else shape[0]
+        return normal(math.sqrt(2.0 / fan_in))
+    if op in ("Conv", "Gemm") and idx == 2:
+        return normal(0.01)
+    if op == "BatchNormalization":
+        if idx == 1:
+            return uniform(0.8, 1.2)
+        if idx == 2:
+            return normal(0.05)
+        if idx == 3:
+            return np.zeros(shape, np.float32)  # calibrated later
+        if idx == 4:
+            return np.ones(shape, np.float32)  # calibrated later
+    if op == "Mul":
+        return uniform(0.8, 1.2)
+    if op == "Add":
+        return normal(0.05)
+    raise ValueError(f"parameter {name}: no rule for input {idx} of {op}")
+
+
+def randomize_weights(m, seed: int) -> int:
+    """Replace ConstantOfShape weights and float initializers; returns #params."""
+    g = m.graph
+    inits = {t.name: t for t in g.initializer}
+    was_init = set(inits)
+    cons = consumers(g)
+    params = {}  # name -> shape
+    keep = []
+    for n in g.node:
+        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
+            params[n.output[0]] = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]))
+        else:
+            keep.append(n)
+    for t in g.initializer:
+        if t.data_type == TensorProto.FLOAT and t.name in cons:
+            params[t.name] = tuple(t.dims)
+    # A parameter reshaped by a constant Reshape (Inception v1's classifier
+    # weight: [1,1,1000,1024] -> [1000,1024]) is made in its final shape, so
+    # that the fan-in is right; the Reshape goes.
+    for n in list(keep):
+        if n.op_type == "Reshape" and n.input[0] in params and len(cons[n.input[0]]) == 1:
+            shape = constant_value(n.input[1], inits, producers(g))
+            if shape is None:
+                continue
+            src = params.pop(n.input[0])
+            tgt = [src[i] if d == 0 else int(d) for i, d in enumerate(shape)]
+            params[n.output[0]] = tuple(np.empty(src, np.uint8).reshape(tgt).shape)
+            keep.remove(n)
+    del g.node[:]
+    g.node.extend(keep)
+    cons = consumers(g)
+    used = {i for n in keep for i in n.input}
+    new_inits = [t for t in g.initializer if t.name in used and t.name not in params]
+    total = 0
+    for name, shape in params.items():
+        arr = random_param(name, shape, param_role(name, cons), seed)
+        new_inits.append(numpy_helper.from_array(arr, name))
+        total += arr.size
+    del g.initializer[:]
+    g.initializer.extend(new_inits)
+    # IR 3 lists initializers as graph inputs (overridable, so ORT cannot
+    # treat them as constants): keep only the real inputs.
+    names = {t.name for t in g.initializer} | was_init | set(params)
+    real = [i for i in g.input if i.name not in names]
+    del g.input[:]
+    g.input.extend(real)
+    m.ir_version = max(m.ir_version, TARGET_IR)
+    return total
+
+
+# --------------------------------------------------------------------------
+# random images and preprocessing
+
+
+def _interp_matrix(n_out: int, n_in: int) -> np.ndarray:
+    pos = np.linspace(0, n_in - 1, n_out)
+    i0 = np.minimum(np.floor(pos).astype(int), n_in - 2)
+    f = (pos - i0).astype(np.float32)
+    mat = np.zeros((n_out, n_in), np.float32)
+    mat[np.arange(n_out), i0] = 1 - f
+    mat[np.arange(n_out), i0 + 1] = f
+    return mat
+
+
+def random_images(seed: int, n: int, h: int, w: int) -> np.ndarray:
+    """n random smooth colour images, float32 [n, h, w, 3] in [0, 1]."""
+    rng = np.random.default_rng(seed)
+    out = np.empty((n, h, w, 3), np.float32)
+    for k in range(n):
+        img = np.zeros((h, w, 3), np.float32)
+        for cells in (2, 4, 8, 16, 32):
+            grid = rng.standard_normal((cells + 1, cells + 1, 3)).astype(np.float32)
+            up = np.einsum("hi,ijc->hjc", _interp_matrix(h, cells + 1), grid)
+            up = np.einsum("hjc,wj->hwc", up, _interp_matrix(w, cells + 1))
+            img += up * np.float32(rng.uniform(0.3, 1.0) / math.sqrt(cells))
+        img *= np.float32(rng.uniform(0.1, 0.3) / (img.std() + 1e-6))
+        img += rng.uniform(0.2, 0.8, 3).astype(np.float32)
+        img += rng.standard_normal((h, w, 3)).astype(np.float32) * np.float32(0.03)
+        out[k] = np.clip(img, 0.0, 1.0)
+    return out
+
+
+def normalise_f32(img: np.ndarray, mean, std) -> np.ndarray:
+    """float [n,h,w,3] in [0,1] -> normalised float32 NCHW."""
+    m = np.asarray(mean, np.float32)
+    s = np.asarray(std, np.float32)
+    return np.ascontiguousarray(((img - m) / s).transpose(0, 3, 1, 2), dtype=np.float32)
+
+
+def normalise_u8(u8: np.ndarray, mean, std) -> np.ndarray:
+    """The platform's default preprocessing, op for op in float32:
+    x[c,h,w] = (u8[h,w,c] / 255 - mean[c]) / std[c]."""
+    m = np.asarray(mean, np.float32)
+    s = np.asarray(std, np.float32)
+    x = u8.astype(np.float32) / np.float32(255.0)
+    x = (x - m) / s
+    return np.ascontiguousarray(x.transpose(0, 3, 1, 2), dtype=np.float32)
+
+
+# --------------------------------------------------------------------------
+# calibration
+
+
+def make_session(model, threads: int = 1) -> ort.InferenceSession:
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    src = model if isinstance(model, (str, bytes)) else model.SerializeToString()
+    return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
+
+
+def bn_levels(g) -> dict:
+    """For each BatchNormalization (by id): 1 + the most BNs on a path before it."""
+    depth: dict = {}  # tensor -> most BNs on a path that produces it
+    for n in g.node:  # topological order: inputs are done before outputs
+        up = max([depth.get(i, 0) for i in n.input if i] + [0])
+        for o in n.output:
+            depth[o] = up + 1 if n.op_type == "BatchNormalization" else up
+    return {id(n): depth.get(n.input[0], 0) + 1 for n in g.node if n.op_type == "BatchNormalization"}
+
+
+def calibrate_bn(m, x: np.ndarray, threads: int) -> int:
+    """Set each BN's mean/var to its input's per-channel statistics on x.
+
+    A BN's input depends on the BNs before it, so they are done level by
+    level: the statistics feed the session as inputs, one run per level.
+    Returns the number of levels."""
+    g = m.graph
+    bns = [n for n in g.node if n.op_type == "BatchNormalization"]
+    if not bns:
+        return 0
+    levels = bn_levels(g)
+    inits = {t.name: t for t in g.initializer}
+    stats = {}
+    for n in bns:
+        for i in (3, 4):
+            if n.input[i] not in inits:
+                raise ValueError(f"BN {n.output[0]}: statistic {n.input[i]} is not an initializer")
+            stats[n.input[i]] = numpy_helper.to_array(inits[n.input[i]]).copy()
+    cm = onnx.ModelProto()
+    cm.CopyFrom(m)
+    cg = cm.graph
+    keep = [t for t in cg.initializer if t.name not in stats]
+    del cg.initializer[:]
+    cg.initializer.extend(keep)
+    for name, arr in stats.items():
+        cg.input.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, list(arr.shape)))
+    probes = sorted({n.input[0] for n in bns})
+    for p in probes:
+        cg.output.append(helper.make_tensor_value_info(p, TensorProto.FLOAT, None))
+    sess = make_session(cm, threads)
+    in_name = g.input[0].name
+    for lev in range(1, max(levels.values()) + 1):
+        front = [n for n in bns if levels[id(n)] == lev]
+        want = sorted({n.input[0] for n in front})
+        outs = dict(zip(want, sess.run(want, {in_name: x, **stats})))
+        for n in front:
+            a = outs[n.input[0]]
+            axes = (0,) + tuple(range(2, a.ndim))
+            stats[n.input[3]] = a.mean(axis=axes, dtype=np.float64).astype(np.float32)
+            stats[n.input[4]] = a.var(axis=axes, dtype=np.float64).astype(np.float32)
+    for name, arr in stats.items():
+        inits[name].CopyFrom(numpy_helper.from_array(arr, name))
+    return max(levels.values())
+
+
+PASS_THROUGH = {"Softmax", "GlobalAveragePool", "AveragePool", "Relu", "Reshape", "Flatten", "Dropout", "Identity"}
+
+
+def find_classifier(g):
+    """Walk back from the output to the last Gemm/Conv; returns (node, path, logits)."""
+    prod = producers(g)
+    t = g.output[0].name
+    path = []
+    logits = t
+    while True:
+        n = prod.get(t)
+        if n is None:
+            raise ValueError("no classifier found before the output")
+        if n.op_type in ("Gemm", "Conv"):
+            return n, path, logits
+        if n.op_type not in PASS_THROUGH:
+            raise ValueError(f"classifier search stopped at {n.op_type} {n.output[0]}")
+        if n.op_type == "Softmax":
+            logits = n.input[0]
+        path.append(n.op_type)
+        t = n.input[0]
+
+
+def calibrate_classifier(m, x: np.ndarray, threads: int) -> dict:
+    """Centre each class's pre-activation on x and scale the logits to LOGIT_STD."""
+    g = m.graph
+    node, path, logits = find_classifier(g)
+    inits = {t.name: t for t in g.initializer}
+    prod = producers(g)
+    out_axis_first = node.op_type == "Conv" or bool(attr(node, "transB", 0))
+    w_name = node.input[1]
+    while w_name not in inits:  # e.g. Inception v1: Reshape(W) feeds the Gemm
+        n = prod.get(w_name)
+        if n is None or n.op_type not in ("Reshape", "Identity") or not out_axis_first:
+            raise ValueError(f"classifier weight {node.input[1]} is not an initializer")
+        w_name = n.input[0]
+    w = numpy_helper.to_array(inits[w_name]).astype(np.float64)
+    n_out = w.shape[0] if out_axis_first else w.shape[1]
+    if len(node.input) < 3 or not node.input[2]:
+        b_name = node.output[0] + "__bias"
+        g.initializer.append(numpy_helper.from_array(np.zeros(n_out, np.float32), b_name))
+        inits[b_name] = g.initializer[-1]
+        while len(node.input) < 3:
+            node.input.append("")
+        node.input[2] = b_name
+    b_name = node.input[2]
+    if b_name not in inits:
+        raise ValueError(f"classifier bias {b_name} is not an initializer")
+    b = numpy_helper.to_array(inits[b_name]).astype(np.float64)
+    if b.shape != (n_out,):
+        raise ValueError(f"classifier bias shape {b.shape} != ({n_out},)")
+
+    def run(outputs):
+        cm = onnx.ModelProto()
+        cm.CopyFrom(m)
+        for o in outputs:
+            if o not in {v.name for v in cm.graph.output}:
+                cm.graph.output.append(helper.make_tensor_value_info(o, TensorProto.FLOAT, None))
+        sess = make_session(cm, threads)
+        res = [sess.run(outputs, {g.input[0].name: x[i:i + 8]}) for i in range(0, len(x), 8)]
+        return [np.concatenate([r[k] for r in res]) for k in range(len(outputs))]
+
+    def set_wb(scale, shift):
+        nonlocal w, b
+        if out_axis_first:
+            w = w * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+        else:
+            w = w * scale.reshape(1, -1)
+        b = (b - shift) * scale
+        inits[w_name].CopyFrom(numpy_helper.from_array(w.astype(np.float32), w_name))
+        inits[b_name].CopyFrom(numpy_helper.from_array(b.astype(np.float32), b_name))
+
+    (z,) = run([node.output[0]])
+    axes = (0,) + tuple(range(2, z.ndim))
+    mu = z.mean(axis=axes, dtype=np.float64)
+    sd = z.std(axis=axes, dtype=np.float64) + 1e-12
+    set_wb(LOGIT_STD / sd, mu)
+    info = {"classifier": node.output[0], "path": path, "images": int(len(x)), "logit_std": LOGIT_STD}
+    if "Relu" in path:
+        # ReLU and the pooling are positively homogeneous: one more scale fixes the spread
+        (lg,) = run([logits])
+        spread = float(lg.reshape(len(lg), -1).std(axis=1).mean())
+        set_wb(np.full(n_out, LOGIT_STD / spread), np.zeros_like(b))
+        info["relu_rescale"] = LOGIT_STD / spread
+    return info
+
+
+# --------------------------------------------------------------------------
+# (c) checks
+
+
+def top_k(out: np.ndarray, k: int):
+    flat = out.reshape(out.shape[0], -1)
+    idx = np.argsort(-flat, axis=1, kind="stable")[:, : k + 1]
+    vals = np.take_along_axis(flat, idx, axis=1)
+    return idx[:, :k], vals[:, :k], vals[:, k - 1] - vals[:, k]
+
+
+def rel_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a-b| / max |b|, per row, worst row."""
+    a = a.reshape(a.shape[0], -1).astype(np.float64)
+    b = b.reshape(b.shape[0], -1).astype(np.float64)
+    return float((np.abs(a - b).max(axis=1) / np.maximum(np.abs(b).max(axis=1), 1e-30)).max())
+
+
+def distinct_lists(idx: np.ndarray) -> int:
+    return len({tuple(r) for r in idx.tolist()})
+
+
+def check_model(path: Path, entry: dict, seeds: dict, threads: int):
+    sess = make_session(str(path), threads)
+    inp = sess.get_inputs()[0]
+    outp = sess.get_outputs()[0]
+    _, h, w = entry["input_shape"]
+    x8 = normalise_f32(random_images(seeds["input_f32"], CHECK_BATCH, h, w), entry["mean"], entry["std"])
+    u8 = np.round(random_images(seeds["input_u8"], CHECK_BATCH, h, w) * 255.0).astype(np.uint8)
+    xu = normalise_u8(u8, entry["mean"], entry["std"])
+    feed = lambda x: {inp.name: x}  # noqa: E731
+
+    failures = []
+    try:
+        sess.run(None, feed(x8[:1]))  # warm-up
+        t1, rows = [], []
+        for i in range(CHECK_BATCH):
+            t = time.perf_counter()
+            rows.append(sess.run([outp.name], feed(x8[i:i + 1]))[0])
+            t1.append(time.perf_counter() - t)
+        out1 = np.concatenate(rows)
+        t8, out8 = [], None
+        for _ in range(4):  # first is the warm-up
+            t = time.perf_counter()
+            o = sess.run([outp.name], feed(x8))[0]
+            t8.append(time.perf_counter() - t)
+            if out8 is None:
+                out8 = o
+            elif not np.array_equal(o, out8):
+                failures.append("batch-8 runs are not deterministic")
+        outu = sess.run([outp.name], feed(xu))[0]
+    except Exception as e:  # noqa: BLE001 - report, do not crash the other models
+        return None, {"ok": False, "failures": [f"onnxruntime: {e}"]}
+
+    k = int(entry["top_k"])
+    rd = rel_diff(out8, out1)
+    top8, val8, gap8 = top_k(out8, max(k, 5))
+    topu, valu, gapu = top_k(outu, max(k, 5))
+    finite = bool(np.isfinite(out8).all() and np.isfinite(outu).all() and np.isfinite(out1).all())
+    d8, du = distinct_lists(top8[:, :5]), distinct_lists(topu[:, :5])
+    if out8.shape[0] != CHECK_BATCH or out1.shape[0] != CHECK_BATCH:
+        failures.append(f"batch size not kept: {out8.shape} / {out1.shape}")
+    if rd > REL_TOL:
+        failures.append(f"batch-8 row != batch-1 output: rel diff {rd:.2e} > {REL_TOL}")
+    if not finite:
+        failures.append("non-finite outputs")
+    if d8 < MIN_DISTINCT_TOP5 or du < MIN_DISTINCT_TOP5:
+        failures.append(f"outputs barely depend on the input: distinct top-5 f32 {d8}/8, u8 {du}/8")
+    if rel_diff(out8[:1], out8[1:2]) < 1e-6:
+        failures.append("samples 0 and 1 give the same output")
+    results = {
+        "ok": not failures,
+        "failures": failures,
+        "batch1_vs_batch8_max_rel_diff": rd,
+        "finite": finite,
+        "distinct_top5_f32": d8,
+        "distinct_top5_u8": du,
+        "latency_b1_ms": 1e3 * float(np.median(t1)),
+        "latency_b8_ms": 1e3 * float(np.median(t8[1:])),
+        "latency_b1_ms_min": 1e3 * float(np.min(t1)),
+        "latency_b8_ms_min": 1e3 * float(np.min(t8[1:])),
+        "latency_runs": {"batch1": len(t1), "batch8": len(t8) - 1},
+        "intra_op_threads": threads,
+    }
+    data = {
+        "input_name": inp.name,
+        "output_name": outp.name,
+        "x8": x8,
+        "out8": out8,
+        "u8": u8,
+        "outu": outu,
+        "top": (top8, val8, gap8),
+        "topu": (topu, valu, gapu),
+    }
+    return data, results
+
+
+# --------------------------------------------------------------------------
+# config.toml
+
+
+def toml_value(v) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        r = repr(float(v))
+        return r if ("." in r or "e" in r or "n" in r) else r + ".0"
+    if isinstance(v, str):
+        return json.dumps(v)  # a TOML basic string for anything we write
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    raise TypeError(f"cannot write {type(v)} to TOML")
+
+
+def toml_table(lines: list, name, table: dict) -> None:
+    scalars = {k: v for k, v in table.items() if not isinstance(v, dict)}
+    subs = {k: v for k, v in table.items() if isinstance(v, dict)}
+    if name is not None:
+        lines.append("")
+        lines.append(f"[{name}]")
+    for k, v in scalars.items():
+        lines.append(f"{k} = {toml_value(v)}")
+    for k, v in subs.items():
+        toml_table(lines, f"{name}.{k}" if name else k, v)
+
+
+def render_config(entry: dict, learned: dict) -> str:
+    top = {
+        "schema_version": SCHEMA_VERSION,
+        "name": entry["name"],
+        "if_id": int(entry["if_id"]),
+        "model_file": "model.onnx",
+        "engine": entry["engine"],
+        "intra_op_threads": int(entry["intra_op_threads"]),
+        "top_k": int(entry["top_k"]),
+        "slo_ms": float(entry["slo_ms"]),
+    }
+    inp = {
+        "name": learned["input_name"],
+        "format": entry["input_format"],
+        "dtype": "f32",
+        "layout": "nchw",
+        "batch_dim": BATCH_PARAM,
+        "shape": list(learned["input_shape"]),
+    }
+    if entry["input_format"] == "rgb_u8_hwc":
+        inp["mean"] = [float(v) for v in entry["mean"]]
+        inp["std"] = [float(v) for v in entry["std"]]
+    out = {
+        "name": learned["output_name"],
+        "dtype": "f32",
+        "shape": list(learned["output_shape"]),
+        "num_classes": int(np.prod(learned["output_shape"])),
+        "kind": learned["output_kind"],
+    }
+    prepared = {k: learned[k] for k in (
+        "source", "source_sha256", "model_sha256", "model_bytes", "params", "seed",
+        "ir_version", "opset", "script_version", "stamp", "onnxruntime_version",
+        "latency_b1_ms", "latency_b8_ms")}
+    lines = [
+        f"# {entry['name']}: generated by scripts/prepare_models.py from configs/models.toml.",
+        "# Do not edit: change configs/models.toml and run `make models`.",
+        "# Schema: see the top of configs/models.toml.",
+    ]
+    toml_table(lines, None, top)
+    toml_table(lines, "input", inp)
+    toml_table(lines, "output", out)
+    if "knee" in entry:
+        toml_table(lines, "knee", entry["knee"])
+    toml_table(lines, "prepared", prepared)
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------
+# one model
+
+
+def up_to_date(mdir: Path, stamp: str):
+    cj = mdir / "check" / "check.json"
+    need = [mdir / "model.onnx", mdir / "config.toml", cj] + [
+        mdir / "check" / f for f in ("input_b8.f32", "output_b8.f32", "input_b8.u8", "output_b8_from_u8.f32")]
+    if not all(p.exists() for p in need):
+        return None
+    try:
+        info = json.loads(cj.read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("stamp") != stamp or not info.get("checks", {}).get("ok"):
+        return None
+    if (mdir / "model.onnx").stat().st_size != info["learned"]["model_bytes"]:
+        return None
+    return info
+
+
+def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[bool, str]:
+    name = entry["name"]
+    src = LIGHT_DIR / entry["source"]
+    if not src.exists():
+        return False, f"{name}: source {src} not found"
+    source_sha = sha256_file(src)
+    stamp = stamp_for(entry, source_sha)
+    mdir = out_dir / name
+    info = None if force else up_to_date(mdir, stamp)
+    if info is not None:
+        text = render_config(entry, info["learned"])
+        cfg = mdir / "config.toml"
+        changed = cfg.read_text() != text
+        if changed:
+            write_atomic(cfg, text.encode())
+        return True, f"{name:<13} up to date{' (config.toml rewritten)' if changed else ''}"
+
+    t0 = time.time()
+    seed = int(entry["seed"])
+    seeds = {"weights": seed, "input_f32": seed + 1, "input_u8": seed + 2, "calibration": seed + 3}
+    m = onnx.load(str(src))
+    opset = max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    changes = make_batch_symbolic(m)
+    params = randomize_weights(m, seeds["weights"])
+    in_vi = m.graph.input[0]
+    if len(m.graph.input) != 1 or len(m.graph.output) != 1:
+        return False, f"{name}: expected one input and one output"
+    if dims(in_vi)[1:] != list(entry["input_shape"]):
+        return False, f"{name}: input shape {dims(in_vi)} != configs input_shape {entry['input_shape']}"
+    c, h, w = entry["input_shape"]
+    cal = normalise_f32(random_images(seeds["calibration"], CLS_CAL_IMAGES, h, w), entry["mean"], entry["std"])
+    levels = calibrate_bn(m, cal[:BN_CAL_IMAGES], cal_threads)
+    cls_info = calibrate_classifier(m, cal, cal_threads)
+    out_kind = "probabilities" if m.graph.node[-1].op_type == "Softmax" and m.graph.node[-1].output[0] == m.graph.output[0].name else "logits"
+    data = m.SerializeToString()
+    onnx.checker.check_model(data)
+    mdir.mkdir(parents=True, exist_ok=True)
+    (mdir / "check").mkdir(exist_ok=True)
+    cfg = mdir / "config.toml"
+    if cfg.exists():
+        cfg.unlink()  # no stale config next to a new model while checks run
+    write_atomic(mdir / "model.onnx", data)
+    model_sha = hashlib.sha256(data).hexdigest()
+    t_build = time.time() - t0
+
+    res, checks = check_model(mdir / "model.onnx", entry, seeds, int(entry["intra_op_threads"]))
+    if res is None:
+        return False, f"{name}: FAILED {checks['failures']}"
+    out_shape = list(res["out8"].shape[1:])
+    learned = {
+        "input_name": res["input_name"],
+        "output_name": res["output_name"],
+        "input_shape": list(entry["input_shape"]),
+        "output_shape": out_shape,
+        "output_kind": out_kind,
+        "source": entry["source"],
+        "source_sha256": source_sha,
+        "model_sha256": model_sha,
+        "model_bytes": len(data),
+        "params": int(params),
+        "seed": seed,
+        "ir_version": int(m.ir_version),
+        "opset": int(opset),
+        "script_version": SCRIPT_VERSION,
+        "stamp": stamp,
+        "onnxruntime_version": ort.__version__,
+        "latency_b1_ms": round(checks["latency_b1_ms"], 3),
+        "latency_b8_ms": round(checks["latency_b8_ms"], 3),
+    }
+    chk = mdir / "check"
+    write_atomic(chk / "input_b8.f32", res["x8"].astype("<f4").tobytes())
+    write_atomic(chk / "output_b8.f32", res["out8"].astype("<f4").tobytes())
+    write_atomic(chk / "input_b8.u8", res["u8"].tobytes())
+    write_atomic(chk / "output_b8_from_u8.f32", res["outu"].astype("<f4").tobytes())
+    top8, val8, gap8 = res["top"]
+    topu, valu, gapu = res["topu"]
+    k = max(int(entry["top_k"]), 5)
+    check_json = {
+        "model": name,
+        "stamp": stamp,
+        "script_version": SCRIPT_VERSION,
+        "seeds": seeds,
+        "dtype": "float32",
+        "byte_order": "little",
+        "tolerance": {"rel": REL_TOL, "note": "max|a-b| <= rel * max|expected|, per sample"},
+        "input_f32": {
+            "file": "input_b8.f32", "name": res["input_name"], "shape": [CHECK_BATCH, c, h, w],
+            "layout": "NCHW", "dtype": "float32",
+            "note": "random smooth colour images in [0,1], normalised with mean/std below",
+        },
+        "output_f32": {"file": "output_b8.f32", "name": res["output_name"], "shape": [CHECK_BATCH] + out_shape,
+                       "dtype": "float32", "kind": out_kind},
+        "top5": top8[:, :5].tolist(),
+        f"top{k}_values": val8.tolist(),
+        "gap_k_to_next": gap8.tolist(),
+        "input_u8": {
+            "file": "input_b8.u8", "shape": [CHECK_BATCH, h, w, 3], "layout": "NHWC", "dtype": "uint8",
+            "channels": "RGB", "mean": list(entry["mean"]), "std": list(entry["std"]),
+            "normalisation": "x[n,c,h,w] = (float32(u8[n,h,w,c]) / 255 - mean[c]) / std[c], "
+                             "each step rounded to float32 (divide, subtract, divide)",
+        },
+        "output_from_u8": {"file": "output_b8_from_u8.f32", "shape": [CHECK_BATCH] + out_shape,
+                           "dtype": "float32", "top5": topu[:, :5].tolist(),
+                           f"top{k}_values": valu.tolist(), "gap_k_to_next": gapu.tolist()},
+        "checks": checks,
+        "calibration": {"bn_levels": levels, "bn_images": BN_CAL_IMAGES, **cls_info},
+        "batch_changes": changes,
+        "build_seconds": round(t_build, 2),
+        "learned": learned,
+    }
+    write_atomic(chk / "check.json", (json.dumps(check_json, indent=1) + "\n").encode())
+    if checks["ok"]:
+        write_atomic(cfg, render_config(entry, learned).encode())
+    dt = time.time() - t0
+    status = "ok" if checks["ok"] else "FAILED: " + "; ".join(checks["failures"])
+    line = (
+        f"{name:<13} in [N,{','.join(map(str, entry['input_shape']))}] "
+        f"out {'[N,' + ','.join(map(str, out_shape)) + ']':<14} "
+        f"{params / 1e6:6.2f}M params {len(data) / 2**20:7.1f} MiB  "
+        f"b1 {checks['latency_b1_ms']:7.2f} ms  b8 {checks['latency_b8_ms']:8.2f} ms  "
+        f"| b8 vs b1 {checks['batch1_vs_batch8_max_rel_diff']:.1e}, top5 distinct "
+        f"{checks['distinct_top5_f32']}/8 f32 {checks['distinct_top5_u8']}/8 u8, "
+        f"finite {'yes' if checks['finite'] else 'NO'}: {status}  [{dt:.1f}s]"
+    )
+    return checks["ok"], line
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=str(DEFAULT_OUT), help="model repository folder (default: models/)")
+    ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="default: configs/models.toml")
+    ap.add_argument("--only", default="", help="comma-separated model names")
+    ap.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    ap.add_argument("--cal-threads", type=int, default=1, help="ORT threads for calibration runs (default 1)")
+    args = ap.parse_args(argv)
+
+    _, entries = load_config(Path(args.config))
+    if args.only:
+        want = [s.strip() for s in args.only.split(",") if s.strip()]
+        unknown = sorted(set(want) - {e["name"] for e in entries})
+        if unknown:
+            log(f"unknown model(s): {', '.join(unknown)}; known: {', '.join(e['name'] for e in entries)}")
+            return 2
+        entries = [e for e in entries if e["name"] in want]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    ok_all = True
+    for e in entries:
+        try:
+            ok, line = prepare(e, out, args.force, args.cal_threads)
+        except Exception as ex:  # noqa: BLE001
+            ok, line = False, f"{e['name']}: FAILED {type(ex).__name__}: {ex}"
+        ok_all &= ok
+        log(line)
+    log(f"{len(entries)} model(s) in {time.time() - t0:.1f}s -> {out}{'' if ok_all else '  (SOME CHECKS FAILED)'}")
+    return 0 if ok_all else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
