@@ -68,8 +68,8 @@ pub struct Args {
     #[arg(long, default_value_t = 1024)]
     pub tx_desc: u16,
 
-    /// Exit once nothing was received or sent for this many seconds (for
-    /// offline replay of a pcap file).
+    /// Exit once nothing was received or sent for this many seconds and no
+    /// IF is live (said `ready` and not `goodbye`), for offline replay.
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub exit_when_idle: Option<Duration>,
 
@@ -86,6 +86,12 @@ pub struct Args {
     /// ipc:///run/kneepoint/ifm.sock or tcp://127.0.0.1:5555.
     #[arg(long, value_name = "ENDPOINT")]
     pub control: Option<String>,
+
+    /// Do not poll RX until this many IFs have said `ready` on the control
+    /// socket (so an offline replay does not start before its IFs can
+    /// serve). Needs --control.
+    #[arg(long, default_value_t = 0, requires = "control")]
+    pub await_ifs: usize,
 
     /// Never pause or sleep when idle (pure polling, for benchmarks).
     #[arg(long)]

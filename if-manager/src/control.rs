@@ -9,6 +9,8 @@
 //! |---|---|---|
 //! | `register` | `if_id`, optional `ring_size` (power of two) | creates ring `kp_if_<id>` and routes `if_id` to it; replies the ring, TX ring and mempool names |
 //! | `unregister` | `if_id` | stops routing, drains and frees the ring; replies how many fragments were still queued |
+//! | `ready` | `if_id` | the IF is attached to its ring and can serve; counts towards `--await-ifs` |
+//! | `goodbye` | `if_id` | the IF has sent its last answer and is leaving (it stops counting as live for `--exit-when-idle`) |
 //! | `routes` | | the registered IFs and their counters |
 //! | `stats` | | all counters, as in the final report |
 //! | `shutdown` | | stops the if-manager as SIGTERM does |
@@ -17,7 +19,7 @@
 //! the protocol is tested without a socket or DPDK.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -44,6 +46,16 @@ pub enum Command {
     },
     /// Stop routing `if_id` and free its ring.
     Unregister {
+        /// The inference function's id.
+        if_id: u16,
+    },
+    /// The IF is attached and serving.
+    Ready {
+        /// The inference function's id.
+        if_id: u16,
+    },
+    /// The IF has sent its last answer and is leaving.
+    Goodbye {
         /// The inference function's id.
         if_id: u16,
     },
@@ -74,6 +86,7 @@ pub struct Registry {
     socket: SocketId,
     default_ring_size: u32,
     ifs: BTreeMap<IfId, RegisteredIf>,
+    gate: Arc<Gate>,
 }
 
 #[derive(Debug)]
@@ -81,6 +94,31 @@ struct RegisteredIf {
     ring_name: String,
     ring_size: u32,
     counters: Arc<IfCounters>,
+    ready: bool,
+    gone: bool,
+}
+
+/// What the control side tells the RX loop about the IFs' lifecycle.
+#[derive(Debug, Default)]
+pub struct Gate {
+    /// RX is polled only once this is set (at once without `--await-ifs`).
+    pub rx_open: AtomicBool,
+    /// IFs that said `ready` and not yet `goodbye`: the RX loop does not
+    /// exit when idle while any is live (it may be computing a long batch).
+    pub live_ifs: AtomicUsize,
+    /// `ready` IFs needed to open RX.
+    pub await_ifs: usize,
+}
+
+impl Gate {
+    /// A gate that opens after `await_ifs` IFs are ready (0: open now).
+    pub fn new(await_ifs: usize) -> Self {
+        Gate {
+            rx_open: AtomicBool::new(await_ifs == 0),
+            live_ifs: AtomicUsize::new(0),
+            await_ifs,
+        }
+    }
 }
 
 /// How long an unregister waits for the RX lcore to let go of a ring. The
@@ -93,13 +131,48 @@ impl Registry {
         updates: Sender<RouteUpdate<Ring>>,
         socket: SocketId,
         default_ring_size: u32,
+        gate: Arc<Gate>,
     ) -> Self {
         Registry {
             updates,
             socket,
             default_ring_size,
             ifs: BTreeMap::new(),
+            gate,
         }
+    }
+
+    /// Marks `if_id` ready; opens RX once `--await-ifs` IFs are.
+    pub fn ready(&mut self, if_id: IfId) -> Result<Value, String> {
+        let r = self
+            .ifs
+            .get_mut(&if_id)
+            .ok_or_else(|| format!("{if_id} is not registered"))?;
+        if r.ready && !r.gone {
+            return Err(format!("{if_id} is already ready"));
+        }
+        r.ready = true;
+        r.gone = false;
+        self.gate.live_ifs.fetch_add(1, Ordering::Relaxed);
+        let ready = self.ifs.values().filter(|r| r.ready).count();
+        if ready >= self.gate.await_ifs {
+            self.gate.rx_open.store(true, Ordering::Release);
+        }
+        Ok(json!({ "ok": true, "if_id": if_id.0, "rx_open": self.gate.rx_open.load(Ordering::Relaxed) }))
+    }
+
+    /// Marks `if_id` as gone (its last answer is on the TX ring).
+    pub fn goodbye(&mut self, if_id: IfId) -> Result<Value, String> {
+        let r = self
+            .ifs
+            .get_mut(&if_id)
+            .ok_or_else(|| format!("{if_id} is not registered"))?;
+        if !r.ready || r.gone {
+            return Err(format!("{if_id} is not live"));
+        }
+        r.gone = true;
+        self.gate.live_ifs.fetch_sub(1, Ordering::Relaxed);
+        Ok(json!({ "ok": true, "if_id": if_id.0 }))
     }
 
     /// Creates `if_id`'s ring and routes fragments to it.
@@ -135,6 +208,8 @@ impl Registry {
                 ring_name: name.clone(),
                 ring_size: size,
                 counters,
+                ready: false,
+                gone: false,
             },
         );
         Ok(json!({
@@ -159,7 +234,11 @@ impl Registry {
         let route = back_rx
             .recv_timeout(UNREGISTER_WAIT)
             .map_err(|_| format!("the RX loop did not release {if_id}'s ring in time"))?;
-        self.ifs.remove(&if_id);
+        if let Some(r) = self.ifs.remove(&if_id) {
+            if r.ready && !r.gone {
+                self.gate.live_ifs.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
         let drained = route.map(|r| drain_ring(&r.ring)).unwrap_or(0);
         Ok(json!({ "ok": true, "if_id": if_id.0, "drained": drained }))
     }
@@ -176,6 +255,7 @@ impl Registry {
                     "ring_size": r.ring_size,
                     "delivered": r.counters.delivered.load(Ordering::Relaxed),
                     "ring_full": r.counters.ring_full.load(Ordering::Relaxed),
+                    "ready": r.ready && !r.gone,
                 })
             })
             .collect();
@@ -188,6 +268,8 @@ impl Registry {
         let result = match *cmd {
             Command::Register { if_id, ring_size } => self.register(IfId(if_id), ring_size),
             Command::Unregister { if_id } => self.unregister(IfId(if_id)),
+            Command::Ready { if_id } => self.ready(IfId(if_id)),
+            Command::Goodbye { if_id } => self.goodbye(IfId(if_id)),
             Command::Routes => Ok(json!({ "ok": true, "ifs": self.routes_json() })),
             Command::Stats | Command::Shutdown => Ok(json!({ "ok": true })),
         };
@@ -285,6 +367,8 @@ mod tests {
             Command::parse(br#"{"cmd":"unregister","if_id":65535}"#),
             Ok(Command::Unregister { if_id: 65535 })
         );
+        assert_eq!(Command::parse(br#"{"cmd":"ready","if_id":2}"#), Ok(Command::Ready { if_id: 2 }));
+        assert_eq!(Command::parse(br#"{"cmd":"goodbye","if_id":2}"#), Ok(Command::Goodbye { if_id: 2 }));
         assert_eq!(Command::parse(br#"{"cmd":"routes"}"#), Ok(Command::Routes));
         assert_eq!(Command::parse(br#"{"cmd":"stats"}"#), Ok(Command::Stats));
         assert_eq!(

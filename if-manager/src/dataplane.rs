@@ -26,6 +26,7 @@ use libml::wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RES
 
 use libml::backoff::{IdleAction, IdleBackoff};
 use crate::classify::{classify, DstFilter, Verdict};
+use crate::control::Gate;
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
 use crate::routes::RouteTable;
 use libml::answered::{Answer, AnsweredTable};
@@ -62,6 +63,8 @@ pub struct DataPlane<'a> {
     pub exit_when_idle: Option<Duration>,
     /// Back-off policy when idle.
     pub backoff: IdleBackoff,
+    /// RX gate and live-IF count, set by the control side.
+    pub gate: Arc<Gate>,
 }
 
 /// Why the loop returned.
@@ -97,6 +100,7 @@ impl DataPlane<'_> {
         let mut active_since_tick = false;
         let mut iter = 0u32;
         let mut tx_stalls = 0u32;
+        let mut rx_open = self.gate.rx_open.load(Ordering::Acquire);
         loop {
             iter = iter.wrapping_add(1);
             if iter.is_multiple_of(CLOCK_EVERY) || self.backoff.is_sleeping() {
@@ -106,14 +110,19 @@ impl DataPlane<'_> {
                     last_activity = now;
                     active_since_tick = false;
                 }
+                // Gate first, routes second: an IF registers before it says
+                // ready, so once the gate reads open its route is applied.
+                rx_open = self.gate.rx_open.load(Ordering::Acquire);
                 self.routes.apply_updates();
                 if self.stop.load(Ordering::Relaxed) {
                     self.flush_tx(&mut tx);
                     return StopReason::Stopped;
                 }
                 if let Some(idle) = self.exit_when_idle {
-                    if tx.is_empty()
+                    if rx_open
+                        && tx.is_empty()
                         && self.tx_ring.count() == 0
+                        && self.gate.live_ifs.load(Ordering::Relaxed) == 0
                         && now.duration_since(last_activity) >= idle
                     {
                         return StopReason::Idle;
@@ -121,7 +130,7 @@ impl DataPlane<'_> {
                 }
             }
 
-            let got = self.port.rx_burst(Q0, &mut rx);
+            let got = if rx_open { self.port.rx_burst(Q0, &mut rx) } else { 0 };
             if got > 0 {
                 bump(&self.counters.rx_packets, got as u64);
                 self.handle_burst(&mut rx, &mut staged, &mut tx, now_ns);

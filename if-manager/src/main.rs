@@ -22,7 +22,7 @@ use serde_json::{json, Value};
 use libml::backoff::IdleBackoff;
 use if_manager::classify::DstFilter;
 use if_manager::config::{names, Args};
-use if_manager::control::{self, drain_ring, Registry};
+use if_manager::control::{self, drain_ring, Gate, Registry};
 use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
 use if_manager::routes::RouteTable;
@@ -103,10 +103,12 @@ fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
     .context("creating the TX ring")?;
 
     let (updates_tx, updates_rx) = channel();
+    let gate = Arc::new(Gate::new(args.await_ifs));
     let registry = Arc::new(Mutex::new(Registry::new(
         updates_tx,
         socket,
         args.ring_size,
+        gate.clone(),
     )));
     for (if_id, size) in &args.ifs {
         registry
@@ -155,6 +157,7 @@ fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
         stop: stop.clone(),
         exit_when_idle: args.exit_when_idle,
         backoff: IdleBackoff::new(args.busy_poll),
+        gate,
     };
     dp.routes.apply_updates();
     eprintln!(
