@@ -21,10 +21,22 @@
 //!   `batch * output_elems` f32 values. It must not keep references to
 //!   either slice after it returns.
 //! - `deinit` is called once, last (also after an error); it must not fail.
+//!
+//! Built-in engines, each behind the libml feature of the same name (both on
+//! by default): [`onnxruntime`] (ONNX Runtime through `ort`, the library
+//! loaded at run time) and [`tract`] (pure Rust). [`engine_for`] makes the
+//! one a model's `config.toml` names.
 
 use std::path::Path;
 
 use thiserror::Error;
+
+use crate::model::EngineKind;
+
+#[cfg(feature = "onnxruntime")]
+pub mod onnxruntime;
+#[cfg(feature = "tract")]
+pub mod tract;
 
 /// What the engine needs to know before it loads anything.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,7 +109,60 @@ pub trait Framework: Send {
     /// Prepares for batches of up to `max_batch` inputs.
     fn configure_batch(&mut self, max_batch: usize) -> Result<(), EngineError>;
     /// Runs `batch` inputs; see the module docs for the layout.
-    fn infer_batch(&mut self, input: &[f32], batch: usize, output: &mut [f32]) -> Result<(), EngineError>;
+    fn infer_batch(
+        &mut self,
+        input: &[f32],
+        batch: usize,
+        output: &mut [f32],
+    ) -> Result<(), EngineError>;
     /// Releases everything; the engine is not used again.
     fn deinit(&mut self);
+}
+
+/// A new, uninitialised engine of `kind`; an error if this build of libml
+/// left that engine's feature out.
+pub fn engine_for(kind: EngineKind) -> Result<Box<dyn Framework>, EngineError> {
+    match kind {
+        #[cfg(feature = "onnxruntime")]
+        EngineKind::OnnxRuntime => Ok(Box::new(onnxruntime::OnnxRuntime::new())),
+        #[cfg(feature = "tract")]
+        EngineKind::Tract => Ok(Box::new(tract::Tract::new())),
+        #[allow(unreachable_patterns)]
+        other => Err(EngineError::Library(format!(
+            "libml was built without the `{other}` feature (cargo feature `{other}` of libml)"
+        ))),
+    }
+}
+
+/// The size checks every engine makes before a batch.
+#[cfg_attr(not(any(feature = "onnxruntime", feature = "tract")), allow(dead_code))]
+pub(crate) fn check_batch(
+    info: &ModelInfo,
+    input: &[f32],
+    batch: usize,
+    output: &[f32],
+    max_batch: usize,
+) -> Result<(), EngineError> {
+    if batch == 0 || batch > max_batch {
+        return Err(EngineError::Shape(format!(
+            "batch {batch} is outside 1..={max_batch}"
+        )));
+    }
+    let want_in = batch * info.input_elems();
+    let want_out = batch * info.output_elems();
+    if input.len() != want_in {
+        return Err(EngineError::Shape(format!(
+            "input has {} f32, a batch of {batch} x {:?} needs {want_in}",
+            input.len(),
+            info.input_shape
+        )));
+    }
+    if output.len() != want_out {
+        return Err(EngineError::Shape(format!(
+            "output has room for {} f32, a batch of {batch} x {:?} gives {want_out}",
+            output.len(),
+            info.output_shape
+        )));
+    }
+    Ok(())
 }
