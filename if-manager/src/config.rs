@@ -12,21 +12,8 @@ use std::time::Duration;
 use clap::Parser;
 use libml::wire::IfId;
 
-/// Shared-memory names every kneepoint process agrees on. They are scoped by
-/// DPDK's `--file-prefix`, so two platforms on one host do not collide.
-pub mod names {
-    use libml::wire::IfId;
-
-    /// The packet mempool the if-manager creates and IFs look up.
-    pub const MEMPOOL: &str = "kp_mbufs";
-    /// The multi-producer ring IFs enqueue finished response frames on.
-    pub const TX_RING: &str = "kp_tx";
-
-    /// The ring that carries fragments to inference function `if_id`.
-    pub fn if_ring(if_id: IfId) -> String {
-        format!("kp_if_{}", if_id.0)
-    }
-}
+/// Shared-memory names (re-exported from libml, which IFs use too).
+pub use libml::names;
 
 /// kneepoint's data plane: takes request fragments off the NIC, routes them
 /// without a copy to inference-function rings, and sends their answers.

@@ -158,7 +158,9 @@ impl Registry {
         if ready >= self.gate.await_ifs {
             self.gate.rx_open.store(true, Ordering::Release);
         }
-        Ok(json!({ "ok": true, "if_id": if_id.0, "rx_open": self.gate.rx_open.load(Ordering::Relaxed) }))
+        Ok(
+            json!({ "ok": true, "if_id": if_id.0, "rx_open": self.gate.rx_open.load(Ordering::Relaxed) }),
+        )
     }
 
     /// Marks `if_id` as gone (its last answer is on the TX ring).
@@ -367,8 +369,14 @@ mod tests {
             Command::parse(br#"{"cmd":"unregister","if_id":65535}"#),
             Ok(Command::Unregister { if_id: 65535 })
         );
-        assert_eq!(Command::parse(br#"{"cmd":"ready","if_id":2}"#), Ok(Command::Ready { if_id: 2 }));
-        assert_eq!(Command::parse(br#"{"cmd":"goodbye","if_id":2}"#), Ok(Command::Goodbye { if_id: 2 }));
+        assert_eq!(
+            Command::parse(br#"{"cmd":"ready","if_id":2}"#),
+            Ok(Command::Ready { if_id: 2 })
+        );
+        assert_eq!(
+            Command::parse(br#"{"cmd":"goodbye","if_id":2}"#),
+            Ok(Command::Goodbye { if_id: 2 })
+        );
         assert_eq!(Command::parse(br#"{"cmd":"routes"}"#), Ok(Command::Routes));
         assert_eq!(Command::parse(br#"{"cmd":"stats"}"#), Ok(Command::Stats));
         assert_eq!(

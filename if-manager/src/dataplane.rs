@@ -24,12 +24,12 @@ use std::time::{Duration, Instant};
 use dpdk::{Mbuf, MbufBurst, Port, QueueId, Ring};
 use libml::wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
 
-use libml::backoff::{IdleAction, IdleBackoff};
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::control::Gate;
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
 use crate::routes::RouteTable;
 use libml::answered::{Answer, AnsweredTable};
+use libml::backoff::{IdleAction, IdleBackoff};
 
 /// Frames per RX burst (DPDK's customary 32: enough to amortise the PMD
 /// call, small enough to stay in L1).
@@ -130,7 +130,11 @@ impl DataPlane<'_> {
                 }
             }
 
-            let got = if rx_open { self.port.rx_burst(Q0, &mut rx) } else { 0 };
+            let got = if rx_open {
+                self.port.rx_burst(Q0, &mut rx)
+            } else {
+                0
+            };
             if got > 0 {
                 bump(&self.counters.rx_packets, got as u64);
                 self.handle_burst(&mut rx, &mut staged, &mut tx, now_ns);

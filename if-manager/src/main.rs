@@ -19,7 +19,6 @@ use clap::Parser;
 use dpdk::{Eal, Mempool, Port, PortId, ProcessType, Ring, RingFlags};
 use serde_json::{json, Value};
 
-use libml::backoff::IdleBackoff;
 use if_manager::classify::DstFilter;
 use if_manager::config::{names, Args};
 use if_manager::control::{self, drain_ring, Gate, Registry};
@@ -27,6 +26,7 @@ use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
 use if_manager::routes::RouteTable;
 use libml::answered::AnsweredTable;
+use libml::backoff::IdleBackoff;
 
 /// Per-mbuf data room: DPDK's default (2048 bytes + headroom) holds any
 /// standard-MTU frame, so a fragment is always one segment.

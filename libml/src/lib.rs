@@ -17,9 +17,23 @@
 //!   slot and offset its bytes go to, when a request is complete, and which
 //!   requests are answered BAD_REQUEST, INCOMPLETE or OVERLOADED, exactly
 //!   once each.
+//! - [`pool`]: the input pool: request slots, contiguous in one hugepage
+//!   memzone (or the heap), that fragments are converted into (RGB `u8` HWC
+//!   to normalised `f32` NCHW, or `f32` as is) and that in-order batches are
+//!   read from without a copy. Its memory edge is libml's one `unsafe`
+//!   module.
 //! - [`engine`]: the framework callback interface (`init`, `deinit`,
 //!   `load_model`, `link_model`, `configure_batch`, `infer_batch`) every
 //!   inference engine is hosted through.
+//! - [`model`]: the model repository: `models/<name>/config.toml` read
+//!   into a validated [`model::ModelConfig`] (input format and shape, hence
+//!   the request size; output, top-k, SLO, engine), and [`model::repository`].
+//! - [`telemetry`]: per-IF arrival rate, throughput, batch sizes, latency
+//!   EWMA and percentiles, answers by status.
+//! - [`names`]: shared-memory names the if-manager and IFs agree on.
+//! - [`runtime`]: the IF's driver over DPDK: fragments from its ring into
+//!   the input pool, batches through the engine, answers on the TX ring.
+//! - [`topk`]: the k best `(class, score)` pairs of an output row.
 //! - [`batching`]: the sans-IO batching policy (SLAB plus an online fit of
 //!   the batch-cost curve): when to run a batch and how big, which requests
 //!   to shed, and when to report under- or over-provisioning.
@@ -30,5 +44,11 @@ pub mod answered;
 pub mod backoff;
 pub mod batching;
 pub mod engine;
+pub mod model;
+pub mod names;
+pub mod pool;
 pub mod reassembly;
+pub mod runtime;
+pub mod telemetry;
+pub mod topk;
 pub mod wire;

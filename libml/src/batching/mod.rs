@@ -366,7 +366,7 @@ pub enum ProvisioningReport {
 }
 
 /// A snapshot for telemetry: plain numbers, cheap to copy.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
 pub struct BatchStats {
     /// The batch size the policy aims for now.
     pub target_batch: usize,

@@ -1,0 +1,23 @@
+//! Shared-memory names the if-manager and inference functions agree on.
+//!
+//! They are scoped by DPDK's `--file-prefix`, so two platforms on one host
+//! do not collide. DPDK limits ring names to 28 bytes, mempool names to 25
+//! and memzone names to 31.
+
+use crate::wire::IfId;
+
+/// The packet mempool the if-manager creates and IFs look up.
+pub const MEMPOOL: &str = "kp_mbufs";
+/// The multi-producer ring IFs enqueue finished response frames on.
+pub const TX_RING: &str = "kp_tx";
+
+/// The ring that carries fragments to inference function `if_id`.
+pub fn if_ring(if_id: IfId) -> String {
+    format!("kp_if_{}", if_id.0)
+}
+
+/// The memzone holding inference function `if_id`'s input pool in process
+/// `pid` (unique per process, so a shadow IF has its own).
+pub fn input_pool(if_id: IfId, pid: u32) -> String {
+    format!("kp_pool_{}_{}", if_id.0, pid)
+}

@@ -1,0 +1,507 @@
+//! The inference function's driver: ring in, answers out.
+//!
+//! Two threads share the work, inside one `std::thread::scope`:
+//! - the **fragment thread** (the process's EAL lcore) dequeues fragments
+//!   from the IF's ring, runs them through the [`Reassembler`], converts
+//!   each payload straight into its input-pool slot (the only copy) and
+//!   frees the mbuf at once; it answers BAD_REQUEST, OVERLOADED (no free
+//!   slot) and INCOMPLETE (timeout) itself, and hands each complete request
+//!   to the inference thread;
+//! - the **inference thread** keeps the queue of complete requests, sheds
+//!   those that can no longer meet the SLO (OVERLOADED), asks the
+//!   [`BatchPolicy`] when to run how many, runs the engine on the batch —
+//!   straight from the pool when the slots are adjacent, gathered otherwise
+//!   — and answers each request with its top-k.
+//!
+//! Slot ownership is Rust ownership: the pool is split once into one
+//! `&mut [f32]` per slot. A slot's buffer lives in the fragment thread while
+//! free or being assembled, travels with the complete request to the
+//! inference thread, and comes back when the request is answered — only
+//! then does the reassembler reuse the slot. No lock guards the pool and no
+//! slot can be written while it is read.
+//!
+//! Exactly one answer per request: the reassembler gives each request one
+//! end (complete, rejected, expired); a complete request is answered by the
+//! inference thread exactly once (OK, INTERNAL if the engine fails, or
+//! OVERLOADED if shed). An answer that cannot be sent (no mbuf, TX ring
+//! full) is counted, never retried twice.
+
+mod answer;
+pub mod control;
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crossbeam_queue::ArrayQueue;
+use dpdk::{MbufBurst, Ring};
+use serde_json::{json, Value};
+
+pub use answer::{Answerer, ReplyTo, SendError};
+
+use crate::backoff::{IdleAction, IdleBackoff};
+use crate::batching::{BatchPolicy, Decision, ProvisioningReport};
+use crate::engine::Framework;
+use crate::pool::{self, InputLayout};
+use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
+use crate::telemetry::Telemetry;
+use crate::topk::top_k;
+use crate::wire::{parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
+
+/// Largest top-k an IF answers with (PROTOCOL.md allows more; nobody needs
+/// more than this many classes per answer, and it bounds the stack buffer).
+pub const MAX_TOP_K: usize = 64;
+
+/// Fragments per dequeue burst.
+const BURST: usize = 32;
+
+/// How often the fragment thread checks for expired requests and returned
+/// slots, in polls (and after every sleep).
+const TICK_EVERY: u32 = 32;
+
+/// With `exit_when_idle`, how long to wait for the very first fragment (the
+/// if-manager holds RX until every IF of a replay has loaded its model).
+pub const NO_TRAFFIC_GRACE: Duration = Duration::from_secs(30);
+
+/// What the driver runs with.
+#[derive(Debug)]
+pub struct RuntimeConfig {
+    /// Top-k classes per answer (clamped to the output size and
+    /// [`MAX_TOP_K`]).
+    pub top_k: usize,
+    /// Floats in one output row.
+    pub output_elems: usize,
+    /// Largest batch the engine runs.
+    pub max_batch: usize,
+    /// Exit once no fragment arrived for this long and nothing is in flight
+    /// ([`NO_TRAFFIC_GRACE`] at least, before the first fragment).
+    pub exit_when_idle: Option<Duration>,
+    /// Never sleep when idle.
+    pub busy_poll: bool,
+}
+
+/// One complete request, on its way to inference with its slot's buffer.
+struct Ready<'p> {
+    slot: SlotId,
+    buf: &'p mut [f32],
+    reply: ReplyTo,
+    first_seen_ns: u64,
+}
+
+/// A slot's buffer on its way back to the fragment thread.
+struct Returned<'p> {
+    slot: SlotId,
+    buf: &'p mut [f32],
+}
+
+/// Counters only the driver keeps (the rest is in the reassembler and the
+/// batching policy).
+#[derive(Debug, Default)]
+struct DriverCounters {
+    fragments: u64,
+    unparsable: u64,
+    send_failed: u64,
+    under_reports: u64,
+    over_reports: u64,
+    engine_errors: u64,
+    gathered_batches: u64,
+    contiguous_batches: u64,
+}
+
+/// Runs the IF until `stop` is set (or it is idle, with `exit_when_idle`),
+/// then finishes every complete request and returns the final report.
+#[allow(clippy::too_many_arguments)]
+pub fn serve(
+    cfg: &RuntimeConfig,
+    ring: &Ring,
+    answerer: &Answerer,
+    layout: &InputLayout,
+    pool: &mut pool::InputPool,
+    reassembler: &mut Reassembler,
+    policy: &mut BatchPolicy,
+    engine: &mut dyn Framework,
+    stop: &AtomicBool,
+) -> Value {
+    let clock = Instant::now();
+    let now_ns = || clock.elapsed().as_nanos() as u64;
+    let capacity = pool.capacity();
+    let telemetry = Mutex::new(Telemetry::new(0));
+    let ready: ArrayQueue<Ready<'_>> = ArrayQueue::new(capacity);
+    let returned: ArrayQueue<Returned<'_>> = ArrayQueue::new(capacity);
+    let fragments_done = AtomicBool::new(false);
+    let (span, buffers) = pool.split_slots();
+    let mut slots: Vec<Option<&mut [f32]>> = buffers.into_iter().map(Some).collect();
+    let mut rx = DriverCounters::default();
+    let mut inf = DriverCounters::default();
+
+    std::thread::scope(|s| {
+        let inference = s.spawn(|| {
+            inference_loop(
+                cfg,
+                engine,
+                policy,
+                answerer,
+                &ready,
+                &returned,
+                &fragments_done,
+                &telemetry,
+                &now_ns,
+                span,
+            )
+        });
+        fragment_loop(
+            cfg,
+            ring,
+            answerer,
+            layout,
+            reassembler,
+            &mut slots,
+            &ready,
+            &returned,
+            stop,
+            &telemetry,
+            &now_ns,
+            &mut rx,
+        );
+        fragments_done.store(true, Ordering::Release);
+        match inference.join() {
+            Ok(c) => inf = c,
+            // A panic in the engine: its batch's requests were not answered.
+            Err(_) => inf.engine_errors += 1,
+        }
+    });
+    // Slots the inference thread handed back after the fragment loop ended.
+    while let Some(r) = returned.pop() {
+        let _ = reassembler.release(r.slot);
+    }
+
+    let now = now_ns();
+    let t = telemetry.lock().unwrap_or_else(|p| p.into_inner());
+    let c = reassembler.counters();
+    json!({
+        "telemetry": t.to_json(now),
+        "reassembly": {
+            "fragments": rx.fragments,
+            "unparsable": rx.unparsable,
+            "stored": c.stored, "completed": c.completed, "duplicate": c.duplicate, "late": c.late,
+            "bad_request": c.bad_request, "overloaded": c.overloaded, "malformed": c.malformed,
+            "requests": c.requests,
+            "requests_completed": c.requests_completed,
+            "requests_bad_request": c.requests_bad_request,
+            "requests_incomplete": c.requests_incomplete,
+            "requests_overloaded": c.requests_overloaded,
+            "requests_drained": c.requests_drained,
+            "answered_evictions": c.answered_evictions,
+        },
+        "batching": serde_json::to_value(policy.stats()).unwrap_or(Value::Null),
+        "driver": {
+            "send_failed": rx.send_failed + inf.send_failed,
+            "engine_errors": inf.engine_errors,
+            "contiguous_batches": inf.contiguous_batches,
+            "gathered_batches": inf.gathered_batches,
+            "under_provisioning_reports": inf.under_reports,
+            "over_provisioning_reports": inf.over_reports,
+        },
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn fragment_loop<'p>(
+    cfg: &RuntimeConfig,
+    ring: &Ring,
+    answerer: &Answerer,
+    layout: &InputLayout,
+    reassembler: &mut Reassembler,
+    slots: &mut [Option<&'p mut [f32]>],
+    ready: &ArrayQueue<Ready<'p>>,
+    returned: &ArrayQueue<Returned<'p>>,
+    stop: &AtomicBool,
+    telemetry: &Mutex<Telemetry>,
+    now_ns: &dyn Fn() -> u64,
+    counters: &mut DriverCounters,
+) {
+    let mut burst = MbufBurst::<BURST>::new();
+    let mut backoff = IdleBackoff::new(cfg.busy_poll);
+    let mut last_fragment_ns = now_ns();
+    let mut now = last_fragment_ns;
+    let mut polls = 0u32;
+    // Reply addressing of the request in each slot (for INCOMPLETE).
+    let mut replies: Vec<Option<ReplyTo>> = vec![None; slots.len()];
+    loop {
+        polls = polls.wrapping_add(1);
+        if polls.is_multiple_of(TICK_EVERY) || backoff.is_sleeping() {
+            now = now_ns();
+            while let Some(r) = returned.pop() {
+                let _ = reassembler.release(r.slot);
+                slots[r.slot.index()] = Some(r.buf);
+            }
+            reassembler.poll_expired(now, |e| {
+                if let Some(reply) = replies[e.slot.index()].take() {
+                    let latency = latency_us(e.first_seen_ns, now);
+                    counters.send_failed +=
+                        u64::from(answerer.error(&reply, e.status(), latency).is_err());
+                    lock(telemetry).on_answer(e.status(), u64::from(latency), now);
+                }
+            });
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if let Some(idle) = cfg.exit_when_idle {
+                // Before the first fragment the if-manager may still be
+                // waiting for other IFs to load their models: be patient.
+                let idle = if counters.fragments == 0 {
+                    idle.max(NO_TRAFFIC_GRACE)
+                } else {
+                    idle
+                };
+                let quiet = now.saturating_sub(last_fragment_ns) >= idle.as_nanos() as u64;
+                if quiet && reassembler.in_flight() == 0 && reassembler.handed() == 0 {
+                    break;
+                }
+            }
+        }
+
+        let got = ring.dequeue_burst(&mut burst);
+        if got > 0 {
+            last_fragment_ns = now;
+        }
+        for mbuf in burst.drain() {
+            counters.fragments += 1;
+            let Some((reply, header, payload_at)) = parse(mbuf.data()) else {
+                counters.unparsable += 1;
+                continue;
+            };
+            let key = RequestKey {
+                src_ip: reply.addr.src_ip,
+                src_port: reply.addr.src_port,
+                if_id: header.if_id,
+                request_id: header.request_id,
+            };
+            let requests_before = reassembler.counters().requests;
+            let outcome = reassembler.on_fragment(key, &header, now);
+            if reassembler.counters().requests != requests_before {
+                lock(telemetry).on_arrival(now);
+            }
+            let payload = &mbuf.data()[payload_at..];
+            match outcome {
+                FragmentOutcome::Store { slot, offset } => {
+                    replies[slot.index()] = Some(reply);
+                    if let Some(buf) = slots[slot.index()].as_deref_mut() {
+                        layout.write_fragment(payload, offset, buf);
+                    }
+                }
+                FragmentOutcome::StoreAndComplete { slot, offset, done } => {
+                    replies[slot.index()] = None;
+                    if let Some(buf) = slots[slot.index()].take() {
+                        layout.write_fragment(payload, offset, buf);
+                        let r = Ready {
+                            slot,
+                            buf,
+                            reply,
+                            first_seen_ns: done.first_seen_ns,
+                        };
+                        // Cannot be full: it holds at most one entry per slot.
+                        let _ = ready.push(r);
+                    }
+                }
+                FragmentOutcome::Reject {
+                    status,
+                    first_seen_ns,
+                    freed,
+                    ..
+                } => {
+                    if let Some(slot) = freed {
+                        replies[slot.index()] = None;
+                    }
+                    let latency = latency_us(first_seen_ns, now);
+                    counters.send_failed +=
+                        u64::from(answerer.error(&reply, status, latency).is_err());
+                    lock(telemetry).on_answer(status, u64::from(latency), now);
+                }
+                FragmentOutcome::Duplicate | FragmentOutcome::Late | FragmentOutcome::Malformed => {
+                }
+            }
+            // the mbuf is freed here: its bytes are in the slot
+        }
+
+        match backoff.after_poll(got > 0) {
+            IdleAction::Poll => {}
+            IdleAction::Pause => std::hint::spin_loop(),
+            IdleAction::Sleep(d) => std::thread::sleep(d),
+        }
+    }
+
+    // Stopping: requests still being assembled will never complete here.
+    reassembler.drain_in_flight(|f| {
+        if let Some(reply) = replies[f.slot.index()].take() {
+            let latency = latency_us(f.first_seen_ns, now);
+            counters.send_failed +=
+                u64::from(answerer.error(&reply, Status::Internal, latency).is_err());
+            lock(telemetry).on_answer(Status::Internal, u64::from(latency), now);
+        }
+    });
+}
+
+/// Parses a fragment frame the if-manager already validated; returns the
+/// reply addressing, the header and where the payload starts.
+fn parse(frame: &[u8]) -> Option<(ReplyTo, FragmentRepr, usize)> {
+    let udp = parse_udp_frame(frame).ok()?;
+    let fragment = Fragment::new_checked(udp.payload).ok()?;
+    let header = FragmentRepr::parse(&fragment);
+    let payload_at = udp.payload_offset + crate::wire::HEADER_LEN;
+    let reply = ReplyTo {
+        addr: udp.addr,
+        if_id: header.if_id,
+        request_id: header.request_id,
+        send_ts_ns: header.send_ts_ns,
+    };
+    Some((reply, header, payload_at))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn inference_loop<'p>(
+    cfg: &RuntimeConfig,
+    engine: &mut dyn Framework,
+    policy: &mut BatchPolicy,
+    answerer: &Answerer,
+    ready: &ArrayQueue<Ready<'p>>,
+    returned: &ArrayQueue<Returned<'p>>,
+    fragments_done: &AtomicBool,
+    telemetry: &Mutex<Telemetry>,
+    now_ns: &dyn Fn() -> u64,
+    span: pool::PoolSpan<'p>,
+) -> DriverCounters {
+    let mut counters = DriverCounters::default();
+    let counters = &mut counters;
+    let capacity = ready.capacity();
+    let mut queue: VecDeque<Ready<'p>> = VecDeque::with_capacity(capacity);
+    let mut arrivals: Vec<u64> = Vec::with_capacity(capacity);
+    let mut gather: Vec<f32> = Vec::new();
+    let mut output = vec![0f32; cfg.max_batch * cfg.output_elems];
+    let k = cfg.top_k.min(cfg.output_elems).min(MAX_TOP_K);
+    let mut best = [(0u32, 0f32); MAX_TOP_K];
+    let mut backoff = IdleBackoff::new(cfg.busy_poll);
+    loop {
+        let done = fragments_done.load(Ordering::Acquire);
+        while let Some(r) = ready.pop() {
+            queue.push_back(r);
+        }
+        let now = now_ns();
+        if queue.is_empty() {
+            if done && ready.is_empty() {
+                return std::mem::take(counters);
+            }
+            idle(&mut backoff, false);
+            continue;
+        }
+        arrivals.clear();
+        arrivals.extend(queue.iter().map(|r| r.first_seen_ns));
+        // Shed what can no longer meet its SLO.
+        let shed = policy.shed(now, &arrivals);
+        for r in queue.drain(..shed) {
+            let latency = latency_us(r.first_seen_ns, now);
+            counters.send_failed += u64::from(
+                answerer
+                    .error(&r.reply, Status::Overloaded, latency)
+                    .is_err(),
+            );
+            lock(telemetry).on_answer(Status::Overloaded, u64::from(latency), now);
+            let _ = returned.push(Returned {
+                slot: r.slot,
+                buf: r.buf,
+            });
+        }
+        if shed > 0 {
+            continue;
+        }
+        let n = match policy.decide(now, &arrivals, true) {
+            Decision::Dispatch { batch } => batch.min(queue.len()).min(cfg.max_batch).max(1),
+            // Once fragments stop for good, do not wait to fill a batch.
+            Decision::Wait { .. } if done && ready.is_empty() => queue.len().min(cfg.max_batch),
+            Decision::Wait { until_ns } => {
+                let wait = Duration::from_nanos(until_ns.saturating_sub(now))
+                    .min(Duration::from_micros(200));
+                std::thread::sleep(wait);
+                continue;
+            }
+            Decision::Idle => {
+                idle(&mut backoff, false);
+                continue;
+            }
+        };
+        backoff.after_poll(true);
+        let batch: Vec<Ready<'p>> = queue.drain(..n).collect();
+        let started = now_ns();
+        let result = {
+            let views: Vec<&[f32]> = batch.iter().map(|r| &*r.buf).collect();
+            match span.join(&views) {
+                Some(input) => {
+                    counters.contiguous_batches += 1;
+                    engine.infer_batch(input, n, &mut output[..n * cfg.output_elems])
+                }
+                None => {
+                    counters.gathered_batches += 1;
+                    gather.clear();
+                    for v in &views {
+                        gather.extend_from_slice(v);
+                    }
+                    engine.infer_batch(&gather, n, &mut output[..n * cfg.output_elems])
+                }
+            }
+        };
+        let finished = now_ns();
+        let exec_ns = finished.saturating_sub(started);
+        let mut worst = 0;
+        for (i, r) in batch.into_iter().enumerate() {
+            let latency = latency_us(r.first_seen_ns, finished);
+            worst = worst.max(finished.saturating_sub(r.first_seen_ns));
+            let (status, sent) = match &result {
+                Ok(()) => {
+                    let row = &output[i * cfg.output_elems..(i + 1) * cfg.output_elems];
+                    let kk = top_k(row, k, &mut best);
+                    (
+                        Status::Ok,
+                        answerer.ok(&r.reply, &best[..kk], n as u16, latency),
+                    )
+                }
+                Err(_) => (
+                    Status::Internal,
+                    answerer.error(&r.reply, Status::Internal, latency),
+                ),
+            };
+            counters.send_failed += u64::from(sent.is_err());
+            lock(telemetry).on_answer(status, u64::from(latency), finished);
+            let _ = returned.push(Returned {
+                slot: r.slot,
+                buf: r.buf,
+            });
+        }
+        if let Err(e) = &result {
+            counters.engine_errors += 1;
+            eprintln!("kp-if: inference failed on a batch of {n}: {e}");
+        }
+        lock(telemetry).on_batch(n, exec_ns / 1000);
+        match policy.on_batch_done(n, exec_ns, worst, finished) {
+            Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,
+            Some(ProvisioningReport::Over { .. }) => counters.over_reports += 1,
+            None => {}
+        }
+    }
+}
+
+fn idle(backoff: &mut IdleBackoff, did_work: bool) {
+    match backoff.after_poll(did_work) {
+        IdleAction::Poll => {}
+        IdleAction::Pause => std::hint::spin_loop(),
+        IdleAction::Sleep(d) => std::thread::sleep(d),
+    }
+}
+
+fn latency_us(first_seen_ns: u64, now_ns: u64) -> u32 {
+    (now_ns.saturating_sub(first_seen_ns) / 1000).min(u64::from(u32::MAX)) as u32
+}
+
+fn lock(t: &Mutex<Telemetry>) -> std::sync::MutexGuard<'_, Telemetry> {
+    t.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,189 @@
+//! What an inference function reports about itself.
+//!
+//! Per IF: arrival rate, throughput, batch sizes, latency (an EWMA for the
+//! control loop, an HDR histogram for percentiles), and a counter per way a
+//! request ended (one per PROTOCOL.md status). The orchestrator reads these
+//! (published as JSON over ZeroMQ); the IF prints them as one JSON object on
+//! exit.
+//!
+//! Sans-IO: time comes in as an argument. The histogram is allocated once
+//! (1 µs to 60 s at 3 significant digits, ~100 KiB) and never grows.
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Value};
+
+use crate::wire::Status;
+
+/// Weight of the newest sample in the EWMAs. 0.1 follows a change within
+/// ~20 samples while smoothing batch-to-batch noise; GSLICE's control loop
+/// reacts on a seconds scale, far slower.
+pub const EWMA_ALPHA: f64 = 0.1;
+
+/// Latency and outcome statistics of one inference function.
+#[derive(Debug)]
+pub struct Telemetry {
+    started_ns: u64,
+    answers: [u64; Status::ALL.len()],
+    arrivals: u64,
+    batches: u64,
+    batched_requests: u64,
+    latency_us: Histogram<u64>,
+    ewma_latency_us: f64,
+    ewma_exec_us: f64,
+    window_start_ns: u64,
+    window_arrivals: u64,
+    window_answers: u64,
+    arrival_rate: f64,
+    throughput: f64,
+}
+
+/// Length of the window over which rates are measured.
+const RATE_WINDOW_NS: u64 = 1_000_000_000;
+
+impl Telemetry {
+    /// Empty statistics, starting at `now_ns`.
+    pub fn new(now_ns: u64) -> Self {
+        Telemetry {
+            started_ns: now_ns,
+            answers: [0; Status::ALL.len()],
+            arrivals: 0,
+            batches: 0,
+            batched_requests: 0,
+            latency_us: Histogram::new_with_bounds(1, 60_000_000, 3)
+                .expect("static bounds are valid"),
+            ewma_latency_us: 0.0,
+            ewma_exec_us: 0.0,
+            window_start_ns: now_ns,
+            window_arrivals: 0,
+            window_answers: 0,
+            arrival_rate: 0.0,
+            throughput: 0.0,
+        }
+    }
+
+    /// A request was seen for the first time (its first fragment).
+    pub fn on_arrival(&mut self, now_ns: u64) {
+        self.arrivals += 1;
+        self.window_arrivals += 1;
+        self.roll(now_ns);
+    }
+
+    /// A request was answered with `status`, `latency_us` after its first
+    /// fragment arrived.
+    pub fn on_answer(&mut self, status: Status, latency_us: u64, now_ns: u64) {
+        self.answers[status as usize] += 1;
+        self.window_answers += 1;
+        if status == Status::Ok {
+            let _ = self.latency_us.record(latency_us.clamp(1, 60_000_000));
+            self.ewma_latency_us = ewma(
+                self.ewma_latency_us,
+                latency_us as f64,
+                self.answers[0] == 1,
+            );
+        }
+        self.roll(now_ns);
+    }
+
+    /// A batch of `size` requests ran in `exec_us`.
+    pub fn on_batch(&mut self, size: usize, exec_us: u64) {
+        self.batches += 1;
+        self.batched_requests += size as u64;
+        self.ewma_exec_us = ewma(self.ewma_exec_us, exec_us as f64, self.batches == 1);
+    }
+
+    fn roll(&mut self, now_ns: u64) {
+        let span = now_ns.saturating_sub(self.window_start_ns);
+        if span >= RATE_WINDOW_NS {
+            let secs = span as f64 / 1e9;
+            self.arrival_rate = self.window_arrivals as f64 / secs;
+            self.throughput = self.window_answers as f64 / secs;
+            self.window_start_ns = now_ns;
+            self.window_arrivals = 0;
+            self.window_answers = 0;
+        }
+    }
+
+    /// Answers sent with `status`.
+    pub fn answers(&self, status: Status) -> u64 {
+        self.answers[status as usize]
+    }
+
+    /// All answers sent.
+    pub fn answers_total(&self) -> u64 {
+        self.answers.iter().sum()
+    }
+
+    /// Requests seen.
+    pub fn arrivals(&self) -> u64 {
+        self.arrivals
+    }
+
+    /// Everything as one JSON object (`now_ns` closes the rate window for
+    /// the whole-run averages).
+    pub fn to_json(&self, now_ns: u64) -> Value {
+        let run_s = now_ns.saturating_sub(self.started_ns) as f64 / 1e9;
+        let answers: serde_json::Map<String, Value> = Status::ALL
+            .iter()
+            .map(|s| (s.as_str().to_string(), json!(self.answers[*s as usize])))
+            .collect();
+        let q = |p: f64| {
+            if self.latency_us.is_empty() {
+                0
+            } else {
+                self.latency_us.value_at_quantile(p)
+            }
+        };
+        json!({
+            "arrivals": self.arrivals,
+            "answers": answers,
+            "answers_total": self.answers_total(),
+            "batches": self.batches,
+            "mean_batch_size": if self.batches == 0 { 0.0 } else { self.batched_requests as f64 / self.batches as f64 },
+            "arrival_rate_per_s": self.arrival_rate,
+            "throughput_per_s": self.throughput,
+            "mean_throughput_per_s": if run_s > 0.0 { self.answers[0] as f64 / run_s } else { 0.0 },
+            "latency_us": {
+                "ewma": self.ewma_latency_us,
+                "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": self.latency_us.max(),
+                "count": self.latency_us.len(),
+            },
+            "ewma_exec_us": self.ewma_exec_us,
+            "run_seconds": run_s,
+        })
+    }
+}
+
+fn ewma(old: f64, sample: f64, first: bool) -> f64 {
+    if first {
+        sample
+    } else {
+        old + EWMA_ALPHA * (sample - old)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_answers_by_status_and_latency_percentiles() {
+        let mut t = Telemetry::new(0);
+        for i in 1..=100u64 {
+            t.on_arrival(i * 1_000_000);
+            t.on_answer(Status::Ok, i * 100, i * 1_000_000);
+        }
+        t.on_answer(Status::Overloaded, 5, 101_000_000);
+        t.on_batch(4, 1000);
+        t.on_batch(2, 3000);
+        let j = t.to_json(2_000_000_000);
+        assert_eq!(j["answers"]["ok"], 100);
+        assert_eq!(j["answers"]["overloaded"], 1);
+        assert_eq!(j["answers_total"], 101);
+        assert_eq!(j["mean_batch_size"], 3.0);
+        let p50 = j["latency_us"]["p50"].as_u64().unwrap();
+        assert!((4990..=5010).contains(&p50), "p50 {p50}");
+        let p99 = j["latency_us"]["p99"].as_u64().unwrap();
+        assert!((9890..=9910).contains(&p99), "p99 {p99}");
+        assert_eq!(j["ewma_exec_us"], 1000.0 + EWMA_ALPHA * 2000.0);
+    }
+}
