@@ -35,6 +35,8 @@ pub struct Telemetry {
     window_answers: u64,
     arrival_rate: f64,
     throughput: f64,
+    first_arrival_ns: Option<u64>,
+    last_answer_ns: u64,
 }
 
 /// Length of the window over which rates are measured.
@@ -58,6 +60,8 @@ impl Telemetry {
             window_answers: 0,
             arrival_rate: 0.0,
             throughput: 0.0,
+            first_arrival_ns: None,
+            last_answer_ns: now_ns,
         }
     }
 
@@ -65,6 +69,7 @@ impl Telemetry {
     pub fn on_arrival(&mut self, now_ns: u64) {
         self.arrivals += 1;
         self.window_arrivals += 1;
+        self.first_arrival_ns.get_or_insert(now_ns);
         self.roll(now_ns);
     }
 
@@ -73,6 +78,7 @@ impl Telemetry {
     pub fn on_answer(&mut self, status: Status, latency_us: u64, now_ns: u64) {
         self.answers[status as usize] += 1;
         self.window_answers += 1;
+        self.last_answer_ns = self.last_answer_ns.max(now_ns);
         if status == Status::Ok {
             let _ = self.latency_us.record(latency_us.clamp(1, 60_000_000));
             self.ewma_latency_us = ewma(
@@ -118,10 +124,15 @@ impl Telemetry {
         self.arrivals
     }
 
-    /// Everything as one JSON object (`now_ns` closes the rate window for
-    /// the whole-run averages).
+    /// Everything as one JSON object. `mean_throughput_per_s` is OK answers
+    /// per second from the first arrival to the last answer.
     pub fn to_json(&self, now_ns: u64) -> Value {
         let run_s = now_ns.saturating_sub(self.started_ns) as f64 / 1e9;
+        // From the first request's arrival to the last answer: the time the
+        // IF had work, which is what a throughput is over.
+        let busy_s = self
+            .first_arrival_ns
+            .map_or(0.0, |f| self.last_answer_ns.saturating_sub(f) as f64 / 1e9);
         let answers: serde_json::Map<String, Value> = Status::ALL
             .iter()
             .map(|s| (s.as_str().to_string(), json!(self.answers[*s as usize])))
@@ -141,7 +152,8 @@ impl Telemetry {
             "mean_batch_size": if self.batches == 0 { 0.0 } else { self.batched_requests as f64 / self.batches as f64 },
             "arrival_rate_per_s": self.arrival_rate,
             "throughput_per_s": self.throughput,
-            "mean_throughput_per_s": if run_s > 0.0 { self.answers[0] as f64 / run_s } else { 0.0 },
+            "mean_throughput_per_s": if busy_s > 0.0 { self.answers[0] as f64 / busy_s } else { 0.0 },
+            "busy_seconds": busy_s,
             "latency_us": {
                 "ewma": self.ewma_latency_us,
                 "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": self.latency_us.max(),
