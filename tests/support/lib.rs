@@ -93,20 +93,36 @@ pub fn run(cmd: &mut Command) -> Result<String> {
     Ok(stdout)
 }
 
-/// A running `if-manager`.
+/// A running platform process (`if-manager`, `kp-if`) whose stderr is
+/// watched and whose last stdout line is its final JSON report.
 #[derive(Debug)]
-pub struct IfManager {
+pub struct Daemon {
     child: Option<Child>,
     stderr_lines: Receiver<String>,
     stderr_log: Vec<String>,
 }
 
-impl IfManager {
-    /// Starts `[prefix...] if-manager OPTIONS -- EAL` and waits for it to
+/// The if-manager is the daemon most tests start.
+pub type IfManager = Daemon;
+
+impl Daemon {
+    /// Starts `[wrap...] if-manager OPTIONS -- EAL` and waits for it to
     /// report ready. `wrap` runs it under another command (e.g.
     /// `ip netns exec NS`).
-    pub fn start(wrap: &[&str], options: &[String], eal: &[String]) -> Result<IfManager> {
-        let exe = bin("if-manager");
+    pub fn start(wrap: &[&str], options: &[String], eal: &[String]) -> Result<Daemon> {
+        Daemon::start_bin(wrap, "if-manager", options, eal, "if-manager: ready")
+    }
+
+    /// Starts `[wrap...] NAME OPTIONS -- EAL` and waits until its stderr
+    /// shows `ready`.
+    pub fn start_bin(
+        wrap: &[&str],
+        name: &str,
+        options: &[String],
+        eal: &[String],
+        ready: &str,
+    ) -> Result<Daemon> {
+        let exe = bin(name);
         let mut cmd = match wrap.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -129,12 +145,12 @@ impl IfManager {
                 }
             }
         });
-        let mut m = IfManager {
+        let mut m = Daemon {
             child: Some(child),
             stderr_lines: rx,
             stderr_log: Vec::new(),
         };
-        m.wait_for_stderr("if-manager: ready", Duration::from_secs(30))?;
+        m.wait_for_stderr(ready, Duration::from_secs(60))?;
         Ok(m)
     }
 
@@ -159,7 +175,7 @@ impl IfManager {
                         .as_mut()
                         .and_then(|c| c.try_wait().ok().flatten());
                     bail!(
-                        "if-manager not ready ({needle:?} not seen; exit status {status:?}); stderr:\n{}",
+                        "not ready ({needle:?} not seen; exit status {status:?}); stderr:\n{}",
                         self.stderr_log.join("\n")
                     );
                 }
@@ -218,7 +234,7 @@ impl IfManager {
     }
 }
 
-impl Drop for IfManager {
+impl Drop for Daemon {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = Command::new("kill")
