@@ -77,6 +77,10 @@ struct Args {
     /// Never sleep when idle.
     #[arg(long)]
     busy_poll: bool,
+    /// Publish telemetry (one JSON message per second, plus each
+    /// under/over-provisioning report) on a ZeroMQ PUB socket bound here.
+    #[arg(long)]
+    telemetry: Option<String>,
     /// Also write the final report to this file.
     #[arg(long)]
     stats_json: Option<PathBuf>,
@@ -234,12 +238,36 @@ fn attach_and_serve(
         args.capacity,
         max_batch
     );
+    let publisher = args
+        .telemetry
+        .as_deref()
+        .map(|endpoint| -> Result<_> {
+            let ctx = zmq::Context::new();
+            let sock = ctx.socket(zmq::PUB)?;
+            sock.set_linger(0)?;
+            sock.bind(endpoint)
+                .with_context(|| format!("binding telemetry socket {endpoint}"))?;
+            Ok((ctx, std::sync::Mutex::new(sock)))
+        })
+        .transpose()?;
+    let (if_id, name) = (model.if_id.0, model.name.clone());
+    let publish = |msg: &serde_json::Value| {
+        if let Some((_, sock)) = &publisher {
+            let mut msg = msg.clone();
+            msg["if_id"] = json!(if_id);
+            msg["model"] = json!(name);
+            let sock = sock.lock().unwrap_or_else(|p| p.into_inner());
+            // PUB never blocks; a slow subscriber loses messages, not us.
+            let _ = sock.send(msg.to_string().as_bytes(), zmq::DONTWAIT);
+        }
+    };
     let cfg = RuntimeConfig {
         top_k: model.top_k,
         output_elems,
         max_batch,
         exit_when_idle: args.exit_when_idle.map(Duration::from_secs_f64),
         busy_poll: args.busy_poll,
+        telemetry_every: Duration::from_secs(1),
     };
     let mut report = serve(
         &cfg,
@@ -251,6 +279,9 @@ fn attach_and_serve(
         &mut policy,
         engine,
         &stop,
+        publisher
+            .as_ref()
+            .map(|_| &publish as &(dyn Fn(&serde_json::Value) + Sync)),
     );
     if let Some(c) = &control {
         if let Err(e) = c.goodbye(model.if_id) {

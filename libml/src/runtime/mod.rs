@@ -79,7 +79,14 @@ pub struct RuntimeConfig {
     pub exit_when_idle: Option<Duration>,
     /// Never sleep when idle.
     pub busy_poll: bool,
+    /// Period of the telemetry snapshots given to the publisher.
+    pub telemetry_every: Duration,
 }
+
+/// Where telemetry goes (the kp-if binary publishes it on ZeroMQ): called
+/// with a snapshot every [`RuntimeConfig::telemetry_every`] and with each
+/// under/over-provisioning report as it happens, from the driver's threads.
+pub type Publish<'a> = &'a (dyn Fn(&Value) + Sync);
 
 /// One complete request, on its way to inference with its slot's buffer.
 struct Ready<'p> {
@@ -122,6 +129,7 @@ pub fn serve(
     policy: &mut BatchPolicy,
     engine: &mut dyn Framework,
     stop: &AtomicBool,
+    publish: Option<Publish<'_>>,
 ) -> Value {
     let clock = Instant::now();
     let now_ns = || clock.elapsed().as_nanos() as u64;
@@ -130,12 +138,33 @@ pub fn serve(
     let ready: ArrayQueue<Ready<'_>> = ArrayQueue::new(capacity);
     let returned: ArrayQueue<Returned<'_>> = ArrayQueue::new(capacity);
     let fragments_done = AtomicBool::new(false);
+    let all_done = AtomicBool::new(false);
+    let latest_batching = Mutex::new(policy.stats());
     let (span, buffers) = pool.split_slots();
     let mut slots: Vec<Option<&mut [f32]>> = buffers.into_iter().map(Some).collect();
     let mut rx = DriverCounters::default();
     let mut inf = DriverCounters::default();
 
     std::thread::scope(|s| {
+        if let Some(publish) = publish {
+            let (telemetry, latest, all_done) = (&telemetry, &latest_batching, &all_done);
+            s.spawn(move || {
+                let mut next = Instant::now() + cfg.telemetry_every;
+                while !all_done.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(20));
+                    if Instant::now() < next {
+                        continue;
+                    }
+                    next += cfg.telemetry_every;
+                    let snapshot = json!({
+                        "kind": "telemetry",
+                        "telemetry": lock(telemetry).to_json(now_ns()),
+                        "batching": serde_json::to_value(*latest.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or(Value::Null),
+                    });
+                    publish(&snapshot);
+                }
+            });
+        }
         let inference = s.spawn(|| {
             inference_loop(
                 cfg,
@@ -148,6 +177,8 @@ pub fn serve(
                 &telemetry,
                 &now_ns,
                 span,
+                &latest_batching,
+                publish,
             )
         });
         fragment_loop(
@@ -170,6 +201,7 @@ pub fn serve(
             // A panic in the engine: its batch's requests were not answered.
             Err(_) => inf.engine_errors += 1,
         }
+        all_done.store(true, Ordering::Release);
     });
     // Slots the inference thread handed back after the fragment loop ended.
     while let Some(r) = returned.pop() {
@@ -371,6 +403,8 @@ fn inference_loop<'p>(
     telemetry: &Mutex<Telemetry>,
     now_ns: &dyn Fn() -> u64,
     span: pool::PoolSpan<'p>,
+    latest_batching: &Mutex<crate::batching::BatchStats>,
+    publish: Option<Publish<'_>>,
 ) -> DriverCounters {
     let mut counters = DriverCounters::default();
     let counters = &mut counters;
@@ -482,11 +516,16 @@ fn inference_loop<'p>(
             eprintln!("kp-if: inference failed on a batch of {n}: {e}");
         }
         lock(telemetry).on_batch(n, exec_ns / 1000);
-        match policy.on_batch_done(n, exec_ns, worst, finished) {
+        let report = policy.on_batch_done(n, exec_ns, worst, finished);
+        match report {
             Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,
             Some(ProvisioningReport::Over { .. }) => counters.over_reports += 1,
             None => {}
         }
+        if let (Some(report), Some(publish)) = (report, publish) {
+            publish(&json!({ "kind": "provisioning", "report": report }));
+        }
+        *latest_batching.lock().unwrap_or_else(|p| p.into_inner()) = policy.stats();
     }
 }
 
