@@ -45,7 +45,10 @@
 //! # Devices
 //!
 //! Only the CPU execution provider is compiled in ([`Device::Cpu`]). A GPU
-//! host plugs in at [`OnnxRuntime::session_builder`] (see the comment there).
+//! host adds a `Device::Cuda` that registers ort's CUDA execution provider
+//! where the session options are made (`OnnxRuntime::session_builder`, see
+//! the comment there), with `ORT_DYLIB_PATH` naming the onnxruntime-gpu
+//! wheel's library.
 
 use std::ffi::OsString;
 use std::fmt;
@@ -212,7 +215,10 @@ fn runtime(library: &Path) -> Result<Environment, EngineError> {
                         EngineError::Library(format!("loading {} panicked", canonical.display()))
                     })?;
             loaded.map_err(|e| {
-                EngineError::Library(format!("cannot load ONNX Runtime: {e}; {HOW_TO_FIX}"))
+                EngineError::Library(format!(
+                    "cannot load ONNX Runtime: {}; {HOW_TO_FIX}",
+                    load_error(&e)
+                ))
             })?;
             *slot = Some(Runtime {
                 library: canonical.clone(),
@@ -242,6 +248,21 @@ fn runtime(library: &Path) -> Result<Environment, EngineError> {
         rt.env = Some(env.clone());
     }
     Ok(env)
+}
+
+/// ort's message for a failed load, with the `dlerror()` text it leaves in
+/// the error's source (ort prints only "dlopen failed").
+fn load_error(e: &ort::LoadDynamicError) -> String {
+    let mut msg = e.to_string();
+    if let ort::LoadDynamicError::Dlopen { error, .. } = e {
+        let mut source = std::error::Error::source(error);
+        while let Some(cause) = source {
+            msg.push_str(": ");
+            msg.push_str(&cause.to_string());
+            source = cause.source();
+        }
+    }
+    msg
 }
 
 /// Where ONNX Runtime runs the model.
@@ -494,9 +515,9 @@ impl Framework for OnnxRuntime {
             return Err(EngineError::Shape("max_batch = 0".into()));
         }
         if let Some(fixed) = self.fixed_batch {
-            if max_batch > fixed {
+            if max_batch != fixed {
                 return Err(EngineError::Shape(format!(
-                    "the model fixes its batch at {fixed}, max_batch {max_batch} is larger"
+                    "the model fixes its batch at {fixed}; max_batch must be {fixed}, not {max_batch}"
                 )));
             }
         }

@@ -1,29 +1,39 @@
 //! tract (pure Rust, `tract-onnx`) as a [`Framework`]: the engine that needs
 //! nothing installed.
 //!
-//! # Plans per batch size
+//! # Batches
 //!
 //! tract optimises a model for concrete shapes: the model repository's
 //! models have a symbolic batch dimension (`N`), and a plan is made for one
 //! value of it. So this engine parses and declutters the model once, with
-//! `N` symbolic (`load_model`/`link_model`), and makes one optimised,
-//! runnable plan per batch size from that: substitute `N`, `into_optimized`,
-//! `into_runnable`. Plans are cached by batch size:
+//! `N` symbolic (`load_model`/`link_model`), and makes optimised, runnable
+//! plans for concrete batch sizes from that: substitute `N`,
+//! `into_optimized`, `into_runnable`.
 //!
-//! - `configure_batch(max)` builds the plans for batch 1 and `max` at once,
-//!   the two sizes an IF runs most (idle and saturated), so neither pays the
-//!   optimisation on the data path; it drops cached plans above `max`.
-//! - any other size is built the first time a batch of it arrives, then
-//!   cached. That first batch pays the optimisation: measured on the 2-core
-//!   VM (release build), about 0.1 s per plan for squeezenet and 0.2-0.3 s
-//!   for resnet50. Building every size in 1..=max up front would instead
-//!   hold `max` copies of the packed weights, as a plan owns its own (RSS
-//!   grew 96 MB per resnet50 plan). [`Tract::prepare_all`] builds them all
-//!   where memory allows and start-up time does not matter.
+//! By default ([`TractBatching::Split`]) there is one plan, for batch 1,
+//! built by `configure_batch`, and a batch of `n` runs as `n` runs of it.
+//! Measured on the 2-core dev VM (release build, 1 thread, median; the
+//! engines taking turns under the same load; `latency_onnxruntime_vs_tract`
+//! in `libml/tests/engines.rs`):
 //!
-//! One plan left symbolic in `N` would serve every size with one copy of
-//! the weights, but ran about 2x slower per batch on resnet50 (batch 1 and 8)
-//! than concrete plans did, so this engine does not use it.
+//! | model      | batch | tract, batch-8 plan | tract, 8 x batch-1 plan | ONNX Runtime |
+//! |------------|------:|--------------------:|------------------------:|-------------:|
+//! | squeezenet |     8 |              173 ms |                   89 ms |        33 ms |
+//! | resnet50   |     8 |             1935 ms |                  664 ms |       323 ms |
+//!
+//! tract's batched plans cost 2-3x more per input than its batch-1 plan, so
+//! splitting is faster, needs one copy of the packed weights instead of one
+//! per batch size (RSS grew 96 MB per resnet50 plan), and never optimises
+//! on the data path. The batching policy sees a cost linear in the batch.
+//!
+//! [`TractBatching::PerSize`] keeps tract's batched plans, for models where
+//! they win: `configure_batch(max)` builds the plans for batch 1 and `max`,
+//! any other size is built the first time a batch of it arrives (about
+//! 0.05 s for squeezenet, 0.1-0.3 s for resnet50) and then cached;
+//! [`Tract::prepare_all`] builds every size up front. One plan left
+//! symbolic in `N` would serve every size with one copy of the weights, but
+//! ran about 2x slower per batch on resnet50 (batch 1 and 8) than concrete
+//! plans did, so neither strategy uses it.
 //!
 //! Each cached plan keeps its run state (tract's `SimpleState`), so a batch
 //! reuses it rather than spawning one.
@@ -69,9 +79,24 @@ struct Loaded {
     info: ModelInfo,
 }
 
+/// How [`Tract`] runs a batch of more than one input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TractBatching {
+    /// As that many runs of the batch-1 plan, one input after the other:
+    /// one plan, one copy of the packed weights, nothing optimised on the
+    /// data path, and faster than tract's own batched plans (see the module
+    /// docs).
+    #[default]
+    Split,
+    /// With a plan made for that batch size: 1 and `max` from
+    /// `configure_batch`, any other size on first use, then cached.
+    PerSize,
+}
+
 /// tract behind the [`Framework`] callbacks.
 #[derive(Default)]
 pub struct Tract {
+    batching: TractBatching,
     initialised: bool,
     loaded: Option<Loaded>,
     plans: BTreeMap<usize, Plan>,
@@ -82,6 +107,7 @@ pub struct Tract {
 impl fmt::Debug for Tract {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Tract")
+            .field("batching", &self.batching)
             .field("initialised", &self.initialised)
             .field("model", &self.loaded.as_ref().map(|l| &l.info))
             .field("plans", &self.plans.keys().collect::<Vec<_>>())
@@ -91,22 +117,44 @@ impl fmt::Debug for Tract {
 }
 
 impl Tract {
-    /// An engine with no model.
+    /// An engine with no model that splits batches ([`TractBatching::Split`]).
     pub fn new() -> Self {
         Tract::default()
     }
 
-    /// Builds the plans for every batch size in `1..=max_batch` now (after
-    /// `configure_batch`), trading memory (one copy of the packed weights per
-    /// size) for no optimisation on the data path at all.
+    /// An engine with no model that runs batches as `batching` says.
+    pub fn with_batching(batching: TractBatching) -> Self {
+        Tract {
+            batching,
+            ..Tract::default()
+        }
+    }
+
+    /// With [`TractBatching::PerSize`], builds the plans for every batch size
+    /// in `1..=max_batch` now (after `configure_batch`), trading memory (one
+    /// copy of the packed weights per size) for no optimisation on the data
+    /// path at all. Nothing to do when splitting.
     pub fn prepare_all(&mut self) -> Result<(), EngineError> {
         if self.max_batch == 0 {
             return Err(EngineError::Order("prepare_all before configure_batch"));
+        }
+        if self.splits() {
+            return Ok(());
         }
         for batch in 1..=self.max_batch {
             self.plan(batch)?;
         }
         Ok(())
+    }
+
+    /// Whether batches run as batch-1 runs: [`TractBatching::Split`], and a
+    /// model whose batch dimension is not fixed.
+    fn splits(&self) -> bool {
+        self.batching == TractBatching::Split
+            && self
+                .loaded
+                .as_ref()
+                .is_some_and(|l| l.fixed_batch.is_none())
     }
 
     /// The batch sizes that have a plan.
@@ -255,6 +303,39 @@ fn build_plan(loaded: &Loaded, batch: usize) -> Result<Plan, EngineError> {
     Ok(Plan { state, input_shape })
 }
 
+/// Runs `batch` inputs through `plan`, whose input shape is for `batch`.
+fn run_plan(
+    plan: &mut Plan,
+    input: &[f32],
+    batch: usize,
+    output: &mut [f32],
+) -> Result<(), EngineError> {
+    let tensor = Tensor::from_shape::<f32>(&plan.input_shape, input)
+        .map_err(|e| EngineError::Run(format!("input tensor: {e:#}")))?;
+    let outputs = plan
+        .state
+        .run(tvec![tensor.into()])
+        .map_err(|e| EngineError::Run(format!("{e:#}")))?;
+    let first = outputs
+        .first()
+        .ok_or_else(|| EngineError::Run("the model returned no output".into()))?;
+    let view = first
+        .try_as_plain_ram()
+        .map_err(|e| EngineError::Run(format!("output: {e:#}")))?;
+    let data = view
+        .as_slice::<f32>()
+        .map_err(|e| EngineError::Run(format!("output: {e:#}")))?;
+    if data.len() != output.len() || view.shape().first() != Some(&batch) {
+        return Err(EngineError::Shape(format!(
+            "the model returned shape {:?} for a batch of {batch}; expected {} f32",
+            view.shape(),
+            output.len()
+        )));
+    }
+    output.copy_from_slice(data);
+    Ok(())
+}
+
 impl Framework for Tract {
     fn name(&self) -> &str {
         "tract"
@@ -303,11 +384,15 @@ impl Framework for Tract {
                 )));
             }
         }
+        let fixed_batch = loaded.fixed_batch;
         self.plans.retain(|&batch, _| batch <= max_batch);
         self.max_batch = max_batch;
-        match loaded.fixed_batch {
+        match fixed_batch {
             Some(fixed) => {
                 self.plan(fixed)?;
+            }
+            None if self.splits() => {
+                self.plan(1)?;
             }
             None => {
                 self.plan(1)?;
@@ -338,31 +423,16 @@ impl Framework for Tract {
                 )));
             }
         }
-        let plan = self.plan(batch)?;
-        let tensor = Tensor::from_shape::<f32>(&plan.input_shape, input)
-            .map_err(|e| EngineError::Run(format!("input tensor: {e:#}")))?;
-        let outputs = plan
-            .state
-            .run(tvec![tensor.into()])
-            .map_err(|e| EngineError::Run(format!("{e:#}")))?;
-        let first = outputs
-            .first()
-            .ok_or_else(|| EngineError::Run("the model returned no output".into()))?;
-        let view = first
-            .try_as_plain_ram()
-            .map_err(|e| EngineError::Run(format!("output: {e:#}")))?;
-        let data = view
-            .as_slice::<f32>()
-            .map_err(|e| EngineError::Run(format!("output: {e:#}")))?;
-        if data.len() != output.len() || view.shape().first() != Some(&batch) {
-            return Err(EngineError::Shape(format!(
-                "the model returned shape {:?} for a batch of {batch}; expected {} f32",
-                view.shape(),
-                output.len()
-            )));
+        if self.splits() {
+            let (per_in, per_out) = (loaded.info.input_elems(), loaded.info.output_elems());
+            let plan = self.plan(1)?;
+            for (one_in, one_out) in input.chunks(per_in).zip(output.chunks_mut(per_out)) {
+                run_plan(plan, one_in, 1, one_out)?;
+            }
+            Ok(())
+        } else {
+            run_plan(self.plan(batch)?, input, batch, output)
         }
-        output.copy_from_slice(data);
-        Ok(())
     }
 
     fn deinit(&mut self) {
