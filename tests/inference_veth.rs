@@ -105,8 +105,20 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
         ]))?;
     let client: Value =
         serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
-    let snapshot: Value =
-        serde_json::from_slice(&sub.recv_bytes(0).context("no telemetry published")?)?;
+    // Snapshots come once a second; provisioning reports may come between.
+    let mut snapshot = Value::Null;
+    for _ in 0..50 {
+        let msg: Value =
+            serde_json::from_slice(&sub.recv_bytes(0).context("no telemetry published")?)?;
+        if msg["kind"] == "telemetry" {
+            snapshot = msg;
+            break;
+        }
+        ensure!(
+            msg["kind"] == "provisioning" && msg["report"]["kind"].is_string(),
+            "message: {msg}"
+        );
+    }
     let if_report = kp_if.stop()?;
     let ifm_report = ifm.stop()?;
 
