@@ -144,12 +144,12 @@ impl<'a> PoolSpan<'a> {
     /// `parts` as one slice, if each starts where the previous one ends
     /// and all lie in this pool's memory (a batch of requests in adjacent
     /// slots: one tensor, no copy); `None` otherwise (gather them).
-    pub fn join<'b>(&self, parts: &[&'b [f32]]) -> Option<&'b [f32]>
+    pub fn join<'b>(&self, parts: impl IntoIterator<Item = &'b [f32]>) -> Option<&'b [f32]>
     where
         'a: 'b,
     {
-        let first = parts.first()?;
-        let start = first.as_ptr() as usize;
+        let mut parts = parts.into_iter().peekable();
+        let start = parts.peek()?.as_ptr() as usize;
         let mut end = start;
         for p in parts {
             let r = p.as_ptr_range();

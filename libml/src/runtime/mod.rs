@@ -411,6 +411,8 @@ fn inference_loop<'p>(
     let capacity = ready.capacity();
     let mut queue: VecDeque<Ready<'p>> = VecDeque::with_capacity(capacity);
     let mut arrivals: Vec<u64> = Vec::with_capacity(capacity);
+    // Reused for every batch: nothing is allocated per batch.
+    let mut batch: Vec<Ready<'p>> = Vec::with_capacity(cfg.max_batch.max(1));
     let mut gather: Vec<f32> = Vec::new();
     let mut output = vec![0f32; cfg.max_batch * cfg.output_elems];
     let k = cfg.top_k.min(cfg.output_elems).min(MAX_TOP_K);
@@ -465,11 +467,11 @@ fn inference_loop<'p>(
             }
         };
         backoff.after_poll(true);
-        let batch: Vec<Ready<'p>> = queue.drain(..n).collect();
+        batch.clear();
+        batch.extend(queue.drain(..n));
         let started = now_ns();
         let result = {
-            let views: Vec<&[f32]> = batch.iter().map(|r| &*r.buf).collect();
-            match span.join(&views) {
+            match span.join(batch.iter().map(|r| &*r.buf)) {
                 Some(input) => {
                     counters.contiguous_batches += 1;
                     engine.infer_batch(input, n, &mut output[..n * cfg.output_elems])
@@ -477,8 +479,8 @@ fn inference_loop<'p>(
                 None => {
                     counters.gathered_batches += 1;
                     gather.clear();
-                    for v in &views {
-                        gather.extend_from_slice(v);
+                    for r in &batch {
+                        gather.extend_from_slice(r.buf);
                     }
                     engine.infer_batch(&gather, n, &mut output[..n * cfg.output_elems])
                 }
@@ -487,7 +489,7 @@ fn inference_loop<'p>(
         let finished = now_ns();
         let exec_ns = finished.saturating_sub(started);
         let mut worst = 0;
-        for (i, r) in batch.into_iter().enumerate() {
+        for (i, r) in batch.drain(..).enumerate() {
             let latency = latency_us(r.first_seen_ns, finished);
             worst = worst.max(finished.saturating_sub(r.first_seen_ns));
             let (status, sent) = match &result {
