@@ -15,7 +15,8 @@
 # IFs run with a long SLO (KP_SLO_MS, default 60000) and a large in-flight
 # capacity (KP_CAPACITY, default 256 requests) to answer everything instead
 # of shedding. Env: PROFILE (release), KP_ENGINE (model's engine),
-# KP_THREADS (model's threads), KP_OUT_DIR (a temp dir; logs and reports).
+# KP_THREADS (model's threads), KP_RING_SIZE (each IF's ring, default 16384
+# fragments), KP_OUT_DIR (a temp dir; logs and reports).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$repo/target/${PROFILE:-release}"
@@ -41,7 +42,7 @@ cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done;
 trap cleanup EXIT
 
 "$bin/if-manager" --await-ifs "${#models[@]}" --control "$ctl" --exit-when-idle 2 \
-  --ring-size 16384 --stats-json "$work/if-manager.json" -- \
+  --ring-size "${KP_RING_SIZE:-16384}" --stats-json "$work/if-manager.json" -- \
   --lcores 0@0 --file-prefix "$prefix" --no-pci --no-telemetry --log-level lib.eal:error \
   --vdev "net_pcap0,rx_pcap=$in,tx_pcap=$out" >/dev/null 2>"$work/if-manager.log" &
 ifm=$!; pids+=("$ifm")

@@ -39,11 +39,12 @@ fn models_ready(names: &[&str]) -> Result<()> {
     Ok(())
 }
 
-/// The manifest, the answers by (src_port, request_id), and onnxruntime's
-/// own answers.
+/// The manifest, the answers by (src_port, request_id), onnxruntime's own
+/// answers, and run-pcap.sh's report.
 type Replayed = (
     kp_traffic::manifest::Manifest,
     BTreeMap<(u16, u64), Vec<Answer>>,
+    Value,
     Value,
 );
 
@@ -118,16 +119,22 @@ fn replay(
         .arg("--models")
         .args(&model_dirs))?;
     let reference: Value = serde_json::from_str(&std::fs::read_to_string(&reference)?)?;
-    Ok((m, answers, reference))
+    Ok((m, answers, reference, report))
 }
 
+/// Checks every request's one answer against the manifest and every OK
+/// answer against onnxruntime; with `shedding`, a request expected OK may
+/// instead be answered OVERLOADED (the if-manager shed it on a full ring).
+/// Returns how many were answered OK and OVERLOADED.
 fn check(
     m: &kp_traffic::manifest::Manifest,
     answers: &BTreeMap<(u16, u64), Vec<Answer>>,
     reference: &Value,
     rel_tol: f32,
-) -> Result<()> {
+    shedding: bool,
+) -> Result<(usize, usize)> {
     let mut ok = 0;
+    let mut overloaded = 0;
     for r in &m.requests {
         let key = (r.src_port, r.request_id);
         let got = answers.get(&key).map(Vec::as_slice).unwrap_or(&[]);
@@ -145,6 +152,10 @@ fn check(
             got.len()
         );
         let a = &got[0];
+        if shedding && want == Expected::Ok && a.status == Status::Overloaded {
+            overloaded += 1;
+            continue;
+        }
         let want_status = match want {
             Expected::Ok => Status::Ok,
             Expected::UnknownIf => Status::UnknownIf,
@@ -190,13 +201,13 @@ fn check(
         ok > 0,
         "no request was answered OK: the test checks nothing"
     );
-    Ok(())
+    Ok((ok, overloaded))
 }
 
 #[test]
 fn onnxruntime_answers_match_onnxruntime_run_directly_with_faults_mixed_in() -> Result<()> {
     let dir = Scratch::new("inference-ort");
-    let (m, answers, reference) = replay(
+    let (m, answers, reference, _) = replay(
         &dir,
         &[
             "--requests",
@@ -232,13 +243,13 @@ fn onnxruntime_answers_match_onnxruntime_run_directly_with_faults_mixed_in() -> 
             "the traffic has no {outcome} request: {e:?}"
         );
     }
-    check(&m, &answers, &reference, 1e-4)
+    check(&m, &answers, &reference, 1e-4, false).map(drop)
 }
 
 #[test]
 fn tract_answers_match_onnxruntime_on_a_small_model() -> Result<()> {
     let dir = Scratch::new("inference-tract");
-    let (m, answers, reference) = replay(
+    let (m, answers, reference, _) = replay(
         &dir,
         &[
             "--requests",
@@ -255,5 +266,53 @@ fn tract_answers_match_onnxruntime_on_a_small_model() -> Result<()> {
         &["squeezenet"],
         &[("KP_ENGINE", "tract")],
     )?;
-    check(&m, &answers, &reference, 1e-3)
+    check(&m, &answers, &reference, 1e-3, false).map(drop)
+}
+
+/// An IF ring far too small for a pcap replayed at memory speed: the
+/// if-manager sheds what does not fit, and still every request gets
+/// exactly one answer — OK (matching onnxruntime) or OVERLOADED, never
+/// none, never two — through the shed notices, with nothing lost.
+#[test]
+fn a_full_ring_sheds_requests_and_each_still_gets_exactly_one_answer() -> Result<()> {
+    let dir = Scratch::new("inference-shed");
+    let (m, answers, reference, report) = replay(
+        &dir,
+        &[
+            "--requests",
+            "120",
+            "--if-ids",
+            "1",
+            "--deployed",
+            "1",
+            "--input",
+            "synthetic",
+            "--interleave",
+            "4",
+            "--src-ports",
+            "42000-42003",
+            "--seed",
+            "8",
+        ],
+        &["squeezenet"],
+        &[("KP_RING_SIZE", "128")],
+    )?;
+    let (ok, overloaded) = check(&m, &answers, &reference, 1e-4, true)?;
+    let ifm = &report["if_manager"]["outcomes"];
+    let shed = ifm["shed"].as_u64().context("shed counter")?;
+    ensure!(
+        overloaded > 0 && shed > 0,
+        "nothing was shed ({ok} OK): the test checks nothing: {ifm}"
+    );
+    ensure!(
+        ifm["ring_full"] == 0,
+        "fragments lost without a notice: {ifm}"
+    );
+    let notices = &report["ifs"]["squeezenet"]["reassembly"]["shed_notices"];
+    ensure!(
+        notices.as_u64() == Some(shed),
+        "the IF saw {notices} notices, the if-manager sent {shed}"
+    );
+    eprintln!("{ok} OK, {overloaded} OVERLOADED, {shed} shed notices");
+    Ok(())
 }

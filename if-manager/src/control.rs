@@ -256,6 +256,8 @@ impl Registry {
                     "ring": r.ring_name,
                     "ring_size": r.ring_size,
                     "delivered": r.counters.delivered.load(Ordering::Relaxed),
+                    "shed": r.counters.shed.load(Ordering::Relaxed),
+                    "shed_suppressed": r.counters.shed_suppressed.load(Ordering::Relaxed),
                     "ring_full": r.counters.ring_full.load(Ordering::Relaxed),
                     "ready": r.ready && !r.gone,
                 })

@@ -6,6 +6,10 @@
 //! 2. classifies each ([`crate::classify`]) and gives it exactly one
 //!    [`Outcome`]: consecutive fragments for the same IF are staged and
 //!    enqueued on that IF's ring in one burst, the mbuf itself, no copy;
+//!    when the ring is nearly full, a request's first fragment that does
+//!    not fit becomes its *shed notice* (the IF answers OVERLOADED) and the
+//!    rest of it is dropped ([`crate::shed`]), so even a request none of
+//!    whose fragments got through is answered exactly once;
 //! 3. turns the first fragment of a request for an unregistered `if_id` into
 //!    its UNKNOWN_IF error *in the same mbuf* (rewritten in place, so the
 //!    error path allocates nothing);
@@ -28,6 +32,7 @@ use crate::classify::{classify, DstFilter, Verdict};
 use crate::control::Gate;
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
 use crate::routes::RouteTable;
+use crate::shed::{shed_headroom, Shedder};
 use libml::answered::{Answer, AnsweredTable};
 use libml::backoff::{IdleAction, IdleBackoff};
 
@@ -55,6 +60,8 @@ pub struct DataPlane<'a> {
     pub filter: DstFilter,
     /// Requests answered UNKNOWN_IF recently.
     pub answered: AnsweredTable,
+    /// Requests shed on a full ring, and their notices waiting for room.
+    pub shedder: Shedder,
     /// Counters (this loop is their only writer).
     pub counters: Arc<Counters>,
     /// Set by a signal or the control socket to stop the loop.
@@ -114,7 +121,11 @@ impl DataPlane<'_> {
                 // ready, so once the gate reads open its route is applied.
                 rx_open = self.gate.rx_open.load(Ordering::Acquire);
                 self.routes.apply_updates();
+                if self.shedder.pending() > 0 {
+                    self.shedder.flush_all(&self.routes, &self.counters);
+                }
                 if self.stop.load(Ordering::Relaxed) {
+                    self.shedder.clear(&self.counters);
                     self.flush_tx(&mut tx);
                     return StopReason::Stopped;
                 }
@@ -122,6 +133,7 @@ impl DataPlane<'_> {
                     if rx_open
                         && tx.is_empty()
                         && self.tx_ring.count() == 0
+                        && self.shedder.pending() == 0
                         && self.gate.live_ifs.load(Ordering::Relaxed) == 0
                         && now.duration_since(last_activity) >= idle
                     {
@@ -187,10 +199,21 @@ impl DataPlane<'_> {
                 Verdict::NotForUs(reason) => self.counters.record_not_for_us(reason),
                 Verdict::Malformed(reason) => self.counters.record_malformed(reason),
                 Verdict::Fragment { addr, header } => {
-                    if self.routes.get(header.if_id).is_some() {
+                    if let Some(route) = self.routes.get(header.if_id) {
+                        let key = RequestKey {
+                            src_ip: addr.src_ip,
+                            src_port: addr.src_port,
+                            if_id: header.if_id,
+                            request_id: header.request_id,
+                        };
+                        if self.shedder.suppresses(&key, now_ns) {
+                            bump(&route.counters.shed_suppressed, 1);
+                            self.counters.record(Outcome::ShedSuppressed);
+                            continue;
+                        }
                         if staged_for != Some(header.if_id) {
                             if let Some(prev) = staged_for {
-                                self.enqueue_staged(prev, staged);
+                                self.enqueue_staged(prev, staged, now_ns);
                             }
                             staged_for = Some(header.if_id);
                         }
@@ -202,26 +225,76 @@ impl DataPlane<'_> {
             }
         }
         if let Some(prev) = staged_for {
-            self.enqueue_staged(prev, staged);
+            self.enqueue_staged(prev, staged, now_ns);
         }
     }
 
-    /// Enqueues the staged fragments on `if_id`'s ring; what does not fit is
-    /// freed and counted as ring-full.
-    fn enqueue_staged(&mut self, if_id: libml::wire::IfId, staged: &mut MbufBurst<RX_BURST>) {
+    /// Enqueues the staged fragments on `if_id`'s ring, keeping
+    /// [`shed_headroom`] of it free for shed notices; a fragment that finds
+    /// no room is shed ([`Shedder::shed`]).
+    fn enqueue_staged(
+        &mut self,
+        if_id: libml::wire::IfId,
+        staged: &mut MbufBurst<RX_BURST>,
+        now_ns: u64,
+    ) {
         let Some(route) = self.routes.get(if_id) else {
             return; // cannot happen: routes change only between bursts
         };
-        let n = staged.len() as u64;
-        let enq = route.ring.enqueue_burst(staged) as u64;
-        bump(&route.counters.delivered, enq);
-        self.counters.record_n(Outcome::Delivered, enq);
-        let full = n - enq;
-        if full > 0 {
-            bump(&route.counters.ring_full, full);
-            self.counters.record_n(Outcome::RingFull, full);
-            staged.clear();
+        let n = staged.len();
+        // Waiting shed notices go first; data only once none is left.
+        let room = if self.shedder.flush(if_id, &route.ring) {
+            route
+                .ring
+                .free_count()
+                .saturating_sub(shed_headroom(route.ring.capacity()))
+        } else {
+            0
+        };
+        if n <= room {
+            // The common case: everything fits (we are the only producer,
+            // so the room cannot shrink under us).
+            let enq = route.ring.enqueue_burst(staged) as u64;
+            bump(&route.counters.delivered, enq);
+            self.counters.record_n(Outcome::Delivered, enq);
+            let lost = (n as u64) - enq;
+            if lost > 0 {
+                bump(&route.counters.ring_full, lost);
+                self.counters.record_n(Outcome::RingFull, lost);
+                staged.clear();
+            }
+            return;
         }
+        let mut delivered = 0;
+        for mbuf in staged.drain() {
+            let mbuf = if delivered < room {
+                match route.ring.enqueue(mbuf) {
+                    Ok(()) => {
+                        delivered += 1;
+                        continue;
+                    }
+                    Err(m) => m,
+                }
+            } else {
+                mbuf
+            };
+            let outcome = self.shedder.shed(
+                if_id,
+                &route.ring,
+                &self.filter,
+                &self.counters,
+                mbuf,
+                now_ns,
+            );
+            match outcome {
+                Outcome::Shed => bump(&route.counters.shed, 1),
+                Outcome::ShedSuppressed => bump(&route.counters.shed_suppressed, 1),
+                _ => bump(&route.counters.ring_full, 1),
+            }
+            self.counters.record(outcome);
+        }
+        bump(&route.counters.delivered, delivered as u64);
+        self.counters.record_n(Outcome::Delivered, delivered as u64);
     }
 
     /// Answers a fragment for an unregistered IF: the first one of its

@@ -21,9 +21,8 @@
 //!
 //! Limits: one port, one RX and one TX queue (one core's worth of packets:
 //! see docs/PERFORMANCE.md); fragments that exceed one mbuf segment are
-//! counted malformed; a fragment dropped on a full ring is not answered by
-//! the if-manager (the IF answers its request INCOMPLETE if it saw any other
-//! fragment of it).
+//! counted malformed; a request that meets a full IF ring is shed: the IF
+//! answers it OVERLOADED, exactly once, through a shed notice ([`shed`]).
 
 #![forbid(unsafe_code)]
 
@@ -33,3 +32,4 @@ pub mod control;
 pub mod dataplane;
 pub mod outcome;
 pub mod routes;
+pub mod shed;

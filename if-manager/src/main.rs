@@ -25,6 +25,7 @@ use if_manager::control::{self, drain_ring, Gate, Registry};
 use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
 use if_manager::routes::RouteTable;
+use if_manager::shed::Shedder;
 use libml::answered::AnsweredTable;
 use libml::backoff::IdleBackoff;
 
@@ -153,6 +154,7 @@ fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
             ip: args.ip,
         },
         answered: AnsweredTable::new(args.answered_capacity, args.answered_ttl_ms * 1_000_000),
+        shedder: Shedder::new(args.answered_capacity, args.answered_ttl_ms * 1_000_000),
         counters: counters.clone(),
         stop: stop.clone(),
         exit_when_idle: args.exit_when_idle,

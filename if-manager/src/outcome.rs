@@ -25,8 +25,16 @@ pub enum Outcome {
     UnknownIfAnswered,
     /// A later fragment of a request already answered UNKNOWN_IF; dropped.
     UnknownIfSuppressed,
-    /// The IF's ring was full; dropped (the IF answers INCOMPLETE for the
-    /// request if it saw any other fragment of it).
+    /// The IF's ring had no room left for data (only its shed headroom):
+    /// the fragment was turned into its request's shed notice, in place,
+    /// and enqueued; the IF answers the request OVERLOADED.
+    Shed,
+    /// A later fragment of a request already shed; dropped (its one answer
+    /// comes from the notice).
+    ShedSuppressed,
+    /// The IF's ring was full to the last slot, headroom included (the IF
+    /// is not draining it): dropped with no notice. Its request is answered
+    /// only if the IF saw another fragment of it (INCOMPLETE).
     RingFull,
     /// Not kneepoint traffic (not IPv4/UDP, or not to our address and port);
     /// dropped silently, as PROTOCOL.md says.
@@ -38,10 +46,12 @@ pub enum Outcome {
 
 impl Outcome {
     /// All outcomes, in report order.
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Delivered,
         Outcome::UnknownIfAnswered,
         Outcome::UnknownIfSuppressed,
+        Outcome::Shed,
+        Outcome::ShedSuppressed,
         Outcome::RingFull,
         Outcome::NotForUs,
         Outcome::Malformed,
@@ -53,6 +63,8 @@ impl Outcome {
             Outcome::Delivered => "delivered",
             Outcome::UnknownIfAnswered => "unknown_if_answered",
             Outcome::UnknownIfSuppressed => "unknown_if_suppressed",
+            Outcome::Shed => "shed",
+            Outcome::ShedSuppressed => "shed_suppressed",
             Outcome::RingFull => "ring_full",
             Outcome::NotForUs => "not_for_us",
             Outcome::Malformed => "malformed",
@@ -172,6 +184,9 @@ pub struct Counters {
     /// Answered-request entries evicted before their time-to-live ran out
     /// (a later fragment of such a request would be answered again).
     pub answered_evictions: AtomicU64,
+    /// Shed notices still waiting for room on their IF's ring when the IF
+    /// unregistered or the if-manager stopped; freed.
+    pub notices_dropped: AtomicU64,
 }
 
 impl Default for Counters {
@@ -185,6 +200,7 @@ impl Default for Counters {
             tx_dropped: AtomicU64::new(0),
             tx_from_ifs: AtomicU64::new(0),
             answered_evictions: AtomicU64::new(0),
+            notices_dropped: AtomicU64::new(0),
         }
     }
 }
@@ -261,6 +277,7 @@ impl Counters {
                 "from_ifs": load(&self.tx_from_ifs),
             },
             "answered_evictions": load(&self.answered_evictions),
+            "notices_dropped": load(&self.notices_dropped),
         })
     }
 }

@@ -20,7 +20,11 @@ use libml::wire::IfId;
 pub struct IfCounters {
     /// Fragments enqueued on the IF's ring.
     pub delivered: AtomicU64,
-    /// Fragments dropped because the IF's ring was full.
+    /// Shed notices enqueued (one per request shed on a full ring).
+    pub shed: AtomicU64,
+    /// Later fragments of shed requests, dropped.
+    pub shed_suppressed: AtomicU64,
+    /// Fragments dropped because the IF's ring was full, headroom included.
     pub ring_full: AtomicU64,
 }
 

@@ -105,6 +105,17 @@ impl AnsweredTable {
     }
 }
 
+impl AnsweredTable {
+    /// Whether `key` was answered within the time-to-live (a lookup that
+    /// remembers nothing).
+    pub fn contains(&self, key: &RequestKey, now_ns: u64) -> bool {
+        let mask = self.sets.len() - 1;
+        self.sets[(hash(key) as usize) & mask]
+            .iter()
+            .any(|slot| slot.key.as_ref() == Some(key) && slot.expires_ns > now_ns)
+    }
+}
+
 /// FNV-1a over the key's fields: cheap, no allocation, good enough spread for
 /// keys that differ in a few low bits (consecutive request ids).
 fn hash(key: &RequestKey) -> u64 {

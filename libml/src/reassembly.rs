@@ -29,7 +29,8 @@
 //!   Free ── first fragment ──▶ Assembling ── last fragment ──▶ Handed
 //!    ▲  ▲                          │        (StoreAndComplete)     │
 //!    │  └──────────────────────────┘                               │
-//!    │   disagreeing fragment (Reject BAD_REQUEST),                │
+//!    │   disagreeing fragment (Reject BAD_REQUEST), shed notice    │
+//!    │   (Reject OVERLOADED, see `on_shed_notice`),                │
 //!    │   poll_expired (Expired: INCOMPLETE), drain_in_flight       │
 //!    └──────────────────── release(slot), after inference ─────────┘
 //! ```
@@ -591,10 +592,13 @@ pub struct ReassemblyCounters {
     pub requests_bad_request: u64,
     /// Requests answered INCOMPLETE.
     pub requests_incomplete: u64,
-    /// Requests answered OVERLOADED.
+    /// Requests answered OVERLOADED (no free slot, or a shed notice).
     pub requests_overloaded: u64,
     /// Requests handed over by `drain_in_flight`.
     pub requests_drained: u64,
+    /// Shed notices from the if-manager (see
+    /// [`Reassembler::on_shed_notice`]); not fragments.
+    pub shed_notices: u64,
     /// Slots released after inference.
     pub released: u64,
     /// `release` calls refused (slot out of range or not handed over).
@@ -905,6 +909,60 @@ impl Reassembler {
             });
         }
         self.next_deadline_ns = next;
+    }
+
+    /// The if-manager could not deliver a fragment of request `key` (its
+    /// ring to this IF was full) and sent this shed notice instead
+    /// (`header` is that fragment's; see
+    /// [`SHED_NOTICE_TYPE`](crate::wire::SHED_NOTICE_TYPE)). The request is
+    /// answered OVERLOADED now — a `Reject`, with the slot it held, if any,
+    /// free already — unless it was answered or handed over before (`Late`:
+    /// stay silent). Either way its later fragments are `Late`.
+    pub fn on_shed_notice(
+        &mut self,
+        key: RequestKey,
+        header: &FragmentRepr,
+        now_ns: u64,
+    ) -> FragmentOutcome {
+        self.counters.shed_notices += 1;
+        let hash = key_hash(&key);
+        let slots = &self.slots;
+        let found = self.index.find(
+            hash,
+            |s| matches!(&slots[s as usize], SlotState::Assembling(a) if a.key == key),
+        );
+        if let Some(s) = found {
+            let s = s as usize;
+            let SlotState::Assembling(a) = self.slots[s] else {
+                unreachable!("the index holds Assembling slots only");
+            };
+            self.end_assembly(s, &a);
+            self.counters.count_end(RequestEnd::Overloaded);
+            return FragmentOutcome::Reject {
+                key,
+                send_ts_ns: a.send_ts_ns,
+                first_seen_ns: a.first_seen_ns,
+                status: Status::Overloaded,
+                freed: Some(SlotId(s as u32)),
+            };
+        }
+        match self.answered.first_answer(&key, now_ns) {
+            Answer::AlreadyAnswered => FragmentOutcome::Late,
+            Answer::Now { evicted_live } => {
+                if evicted_live {
+                    self.counters.answered_evictions += 1;
+                }
+                self.counters.requests += 1;
+                self.counters.count_end(RequestEnd::Overloaded);
+                FragmentOutcome::Reject {
+                    key,
+                    send_ts_ns: header.send_ts_ns,
+                    first_seen_ns: now_ns,
+                    status: Status::Overloaded,
+                    freed: None,
+                }
+            }
+        }
     }
 
     /// Gives slot `slot` back after the request handed over in it was

@@ -45,7 +45,8 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// A fresh scratch directory under the target dir, removed on drop.
+/// A fresh scratch directory under the target dir, removed on drop (kept
+/// when the test panics, or always with `KP_KEEP_SCRATCH=1`).
 #[derive(Debug)]
 pub struct Scratch(pub PathBuf);
 
@@ -68,7 +69,7 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if !std::thread::panicking() {
+        if !std::thread::panicking() && std::env::var_os("KP_KEEP_SCRATCH").is_none() {
             let _ = std::fs::remove_dir_all(&self.0);
         }
     }

@@ -8,8 +8,8 @@
 //! Random streams of fragments — a few clients, a few request ids each,
 //! random order, duplicates, drops (indices never sent), fields that
 //! disagree, malformed headers, time advancing, polls, releases (and
-//! bogus ones), drains — go through both; every fragment's outcome and
-//! every poll's and drain's answers must match. Alongside, a shadow of the
+//! bogus ones), drains, shed notices — go through both; every fragment's
+//! outcome and every poll's and drain's answers must match. Alongside, a shadow of the
 //! slots checks that no slot is ever held by two live requests and that
 //! the counters add up, and at the end every request seen has had exactly
 //! one answer.
@@ -228,6 +228,24 @@ impl Reference {
         Said::Store { offset }
     }
 
+    fn on_shed_notice(&mut self, key: RequestKey, h: &FragmentRepr, now: u64) -> Said {
+        let overloaded = |send_ts_ns, first_seen_ns| Said::Reject {
+            key,
+            send_ts_ns,
+            first_seen_ns,
+            status: Status::Overloaded,
+        };
+        if let Some(r) = self.in_flight.remove(&key) {
+            return overloaded(r.first.send_ts_ns, r.first_seen_ns);
+        }
+        if self.answered.get(&key).is_some_and(|until| *until > now) {
+            return Said::Late;
+        }
+        self.answered
+            .insert(key, now.saturating_add(self.cfg.answered_ttl_ns));
+        overloaded(h.send_ts_ns, now)
+    }
+
     fn poll_expired(&mut self, now: u64) -> Vec<Ended> {
         let due: Vec<RequestKey> = self
             .in_flight
@@ -317,6 +335,12 @@ enum Op {
         bogus: bool,
     },
     Drain,
+    /// A shed notice for request (client, id): the if-manager could not
+    /// deliver one of its fragments.
+    Shed {
+        client: u8,
+        id: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -330,6 +354,7 @@ fn op() -> impl Strategy<Value = Op> {
         5 => (any::<usize>(), prop::bool::weighted(0.2))
             .prop_map(|(n, bogus)| Op::Release { n, bogus }),
         1 => Just(Op::Drain),
+        2 => (0..CLIENTS, 0..IDS).prop_map(|(client, id)| Op::Shed { client, id }),
     ]
 }
 
@@ -513,6 +538,19 @@ fn run(capacity: usize, plans: &[Plan], ops: &[Op]) -> Result<Reassembler, TestC
                     fragment(&mut r, &mut model, &mut shadow, f, now)?;
                 }
             }
+            Op::Shed { client, id } => {
+                let (key, h) = header(plans, client, id, 0, Twist::None);
+                let got = r.on_shed_notice(key, &h, now);
+                let want = model.on_shed_notice(key, &h, now);
+                prop_assert_eq!(
+                    Said::from(got),
+                    want,
+                    "shed notice for {:?} at {}",
+                    key,
+                    now
+                );
+                shadow.outcome(key, &got)?;
+            }
             Op::Advance(dt) => now += dt,
             Op::Poll => {
                 let mut got = Vec::new();
@@ -653,6 +691,8 @@ fn the_generated_streams_reach_every_outcome() {
         }
         total.requests_incomplete += c.requests_incomplete;
         total.requests_drained += c.requests_drained;
+        total.shed_notices += c.shed_notices;
+        total.requests_overloaded += c.requests_overloaded;
         total.released += c.released;
         total.release_errors += c.release_errors;
         // a key seen as a new request more than once: the ttl ran out
@@ -667,6 +707,7 @@ fn the_generated_streams_reach_every_outcome() {
     }
     assert!(total.requests_incomplete > 0, "{total:?}");
     assert!(total.requests_drained > 0, "{total:?}");
+    assert!(total.shed_notices > 0, "{total:?}");
     assert!(total.released > 0 && total.release_errors > 0, "{total:?}");
     assert!(reused > 0, "no id was ever reused after its ttl");
 }

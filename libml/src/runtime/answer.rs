@@ -11,7 +11,9 @@ use std::sync::Mutex;
 
 use dpdk::{Mempool, Ring};
 
-use crate::wire::{emit_udp_headers, FrameAddr, IfId, MsgType, ResponseRepr, Status, MAX_RESULTS};
+use crate::wire::{
+    emit_udp_headers, FrameAddr, IfId, MsgType, RequestKey, ResponseRepr, Status, MAX_RESULTS,
+};
 
 /// Where an answer goes and what it echoes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +26,18 @@ pub struct ReplyTo {
     pub request_id: u64,
     /// Its send timestamp, echoed.
     pub send_ts_ns: u64,
+}
+
+impl ReplyTo {
+    /// The request this answer is for.
+    pub fn key(&self) -> RequestKey {
+        RequestKey {
+            src_ip: self.addr.src_ip,
+            src_port: self.addr.src_port,
+            if_id: self.if_id,
+            request_id: self.request_id,
+        }
+    }
 }
 
 /// Why an answer could not be sent (each is counted by the caller).

@@ -21,9 +21,13 @@
 //! slot can be written while it is read.
 //!
 //! Exactly one answer per request: the reassembler gives each request one
-//! end (complete, rejected, expired); a complete request is answered by the
-//! inference thread exactly once (OK, INTERNAL if the engine fails, or
-//! OVERLOADED if shed). An answer that cannot be sent (no mbuf, TX ring
+//! end (complete, rejected, expired, shed by the if-manager's notice); a
+//! complete request is answered by the inference thread exactly once (OK,
+//! INTERNAL if the engine fails, or OVERLOADED if shed). A shed notice
+//! ([`crate::wire::SHED_NOTICE_TYPE`]: the if-manager's ring to us was full)
+//! is answered OVERLOADED by the fragment thread unless its request was
+//! answered or handed to inference already. Requests still being assembled
+//! when the IF stops are answered INTERNAL. An answer that cannot be sent (no mbuf, TX ring
 //! full) is counted, never retried twice.
 
 mod answer;
@@ -47,7 +51,7 @@ use crate::pool::{self, InputLayout};
 use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
 use crate::telemetry::Telemetry;
 use crate::topk::top_k;
-use crate::wire::{parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
+use crate::wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, Status};
 
 /// Largest top-k an IF answers with (PROTOCOL.md allows more; nobody needs
 /// more than this many classes per answer, and it bounds the stack buffer).
@@ -81,6 +85,9 @@ pub struct RuntimeConfig {
     pub busy_poll: bool,
     /// Period of the telemetry snapshots given to the publisher.
     pub telemetry_every: Duration,
+    /// CPUs the inference thread is pinned to (the IF's share of cores);
+    /// `None`: left where it was started.
+    pub inference_cpus: Option<Vec<usize>>,
 }
 
 /// Where telemetry goes (the kp-if binary publishes it on ZeroMQ): called
@@ -166,6 +173,11 @@ pub fn serve(
             });
         }
         let inference = s.spawn(|| {
+            if let Some(cpus) = &cfg.inference_cpus {
+                if let Err(e) = dpdk::affinity::set_current_thread_cpus(cpus) {
+                    eprintln!("kp-if: cannot pin the inference thread to {cpus:?}: {e}");
+                }
+            }
             inference_loop(
                 cfg,
                 engine,
@@ -224,6 +236,7 @@ pub fn serve(
             "requests_incomplete": c.requests_incomplete,
             "requests_overloaded": c.requests_overloaded,
             "requests_drained": c.requests_drained,
+            "shed_notices": c.shed_notices,
             "answered_evictions": c.answered_evictions,
         },
         "batching": serde_json::to_value(policy.stats()).unwrap_or(Value::Null),
@@ -299,17 +312,43 @@ fn fragment_loop<'p>(
             last_fragment_ns = now;
         }
         for mbuf in burst.drain() {
-            counters.fragments += 1;
-            let Some((reply, header, payload_at)) = parse(mbuf.data()) else {
-                counters.unparsable += 1;
-                continue;
+            let (reply, header, payload_at) = match parse(mbuf.data()) {
+                Some(Parsed::Fragment(reply, header, payload_at)) => {
+                    counters.fragments += 1;
+                    (reply, header, payload_at)
+                }
+                Some(Parsed::ShedNotice(reply, header)) => {
+                    // The if-manager could not deliver a fragment of this
+                    // request: answer it OVERLOADED unless it was answered.
+                    let requests_before = reassembler.counters().requests;
+                    let outcome = reassembler.on_shed_notice(reply.key(), &header, now);
+                    if reassembler.counters().requests != requests_before {
+                        lock(telemetry).on_arrival(now);
+                    }
+                    if let FragmentOutcome::Reject {
+                        status,
+                        first_seen_ns,
+                        freed,
+                        ..
+                    } = outcome
+                    {
+                        if let Some(slot) = freed {
+                            replies[slot.index()] = None;
+                        }
+                        let latency = latency_us(first_seen_ns, now);
+                        counters.send_failed +=
+                            u64::from(answerer.error(&reply, status, latency).is_err());
+                        lock(telemetry).on_answer(status, u64::from(latency), now);
+                    }
+                    continue;
+                }
+                None => {
+                    counters.fragments += 1;
+                    counters.unparsable += 1;
+                    continue;
+                }
             };
-            let key = RequestKey {
-                src_ip: reply.addr.src_ip,
-                src_port: reply.addr.src_port,
-                if_id: header.if_id,
-                request_id: header.request_id,
-            };
+            let key = reply.key();
             let requests_before = reassembler.counters().requests;
             let outcome = reassembler.on_fragment(key, &header, now);
             if reassembler.counters().requests != requests_before {
@@ -375,20 +414,31 @@ fn fragment_loop<'p>(
     });
 }
 
-/// Parses a fragment frame the if-manager already validated; returns the
-/// reply addressing, the header and where the payload starts.
-fn parse(frame: &[u8]) -> Option<(ReplyTo, FragmentRepr, usize)> {
+/// What the if-manager put on the ring.
+enum Parsed {
+    /// A request fragment: reply addressing, header, where the payload
+    /// starts in the frame.
+    Fragment(ReplyTo, FragmentRepr, usize),
+    /// A shed notice ([`crate::wire::SHED_NOTICE_TYPE`]) for a request.
+    ShedNotice(ReplyTo, FragmentRepr),
+}
+
+/// Parses a frame the if-manager already validated.
+fn parse(frame: &[u8]) -> Option<Parsed> {
     let udp = parse_udp_frame(frame).ok()?;
-    let fragment = Fragment::new_checked(udp.payload).ok()?;
-    let header = FragmentRepr::parse(&fragment);
-    let payload_at = udp.payload_offset + crate::wire::HEADER_LEN;
-    let reply = ReplyTo {
+    let reply = |header: &FragmentRepr| ReplyTo {
         addr: udp.addr,
         if_id: header.if_id,
         request_id: header.request_id,
         send_ts_ns: header.send_ts_ns,
     };
-    Some((reply, header, payload_at))
+    if let Some(header) = parse_shed_notice(udp.payload) {
+        return Some(Parsed::ShedNotice(reply(&header), header));
+    }
+    let fragment = Fragment::new_checked(udp.payload).ok()?;
+    let header = FragmentRepr::parse(&fragment);
+    let payload_at = udp.payload_offset + crate::wire::HEADER_LEN;
+    Some(Parsed::Fragment(reply(&header), header, payload_at))
 }
 
 #[allow(clippy::too_many_arguments)]

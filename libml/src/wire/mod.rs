@@ -110,6 +110,7 @@ pub use proto::{
     MalformedKind, MsgType, RequestKey, Response, ResponseError, ResponseRepr, Status, HEADER_LEN,
     MAGIC, MAX_RESULTS, RESPONSE_HEADER_LEN, RESULT_LEN, VERSION,
 };
+pub use proto::{mark_shed_notice, parse_shed_notice, SHED_NOTICE_TYPE};
 
 #[cfg(test)]
 mod testutil;

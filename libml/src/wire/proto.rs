@@ -626,6 +626,51 @@ impl FragmentRepr {
     }
 }
 
+/// The `type` byte that turns a request fragment into a **shed notice**.
+///
+/// Internal to the platform: it never goes on the wire. When the if-manager
+/// cannot deliver a fragment because its IF's ring is full, it overwrites
+/// this one byte of the fragment (in the mbuf it already holds) and enqueues
+/// it into headroom it keeps free on the ring for such notices. The IF
+/// answers the request OVERLOADED, once, and frees whatever it had of it;
+/// the if-manager drops the request's later fragments. That is how a request
+/// all of whose fragments met a full ring still gets its one answer. A
+/// datagram arriving from a client with this type is malformed (`BadType`),
+/// like any type other than 1.
+pub const SHED_NOTICE_TYPE: u8 = 0x81;
+
+/// Turns the kneepoint message `fragment` (a checked request fragment, from
+/// its header on) into a shed notice in place; false if it is shorter than
+/// a header.
+pub fn mark_shed_notice(fragment: &mut [u8]) -> bool {
+    if fragment.len() < HEADER_LEN {
+        return false;
+    }
+    fragment[field::TYPE] = SHED_NOTICE_TYPE;
+    true
+}
+
+/// The header of `buf` if it is a shed notice ([`SHED_NOTICE_TYPE`]): the
+/// fields of the fragment it was made from, as they were (the if-manager
+/// checked them before).
+pub fn parse_shed_notice(buf: &[u8]) -> Option<FragmentRepr> {
+    if buf.len() < HEADER_LEN
+        || get_u32(buf, field::MAGIC) != MAGIC
+        || get_u8(buf, field::VERSION) != VERSION
+        || get_u8(buf, field::TYPE) != SHED_NOTICE_TYPE
+    {
+        return None;
+    }
+    Some(FragmentRepr {
+        if_id: IfId(get_u16(buf, field::IF_ID)),
+        request_id: get_u64(buf, field::REQUEST_ID),
+        total_len: get_u32(buf, field::TOTAL_LEN),
+        frag_index: get_u16(buf, field::FRAG_INDEX),
+        frag_count: get_u16(buf, field::FRAG_COUNT),
+        send_ts_ns: get_u64(buf, field::FRAG_SEND_TS),
+    })
+}
+
 /// The first checks shared by both views (length already checked).
 enum CommonError {
     Magic(u32),
@@ -937,6 +982,24 @@ mod tests {
 
     fn check(bytes: &[u8]) -> Result<FragmentRepr, HeaderError> {
         Fragment::new_checked(bytes).map(|f| FragmentRepr::parse(&f))
+    }
+
+    // --- shed notices ------------------------------------------------------
+
+    #[test]
+    fn a_shed_notice_keeps_the_header_and_is_malformed_on_the_wire() {
+        let h = header();
+        let mut bytes = fragment(&h, 834);
+        assert_eq!(parse_shed_notice(&bytes), None, "a fragment is no notice");
+        assert!(mark_shed_notice(&mut bytes));
+        assert_eq!(parse_shed_notice(&bytes), Some(h));
+        assert_eq!(
+            check(&bytes),
+            Err(HeaderError::BadType(SHED_NOTICE_TYPE)),
+            "a client cannot send a notice"
+        );
+        assert!(!mark_shed_notice(&mut [0u8; HEADER_LEN - 1]));
+        assert_eq!(parse_shed_notice(&bytes[..HEADER_LEN - 1]), None);
     }
 
     // --- layout -----------------------------------------------------------
