@@ -31,6 +31,21 @@ fn eal(prefix: &str, lcores: &str, extra: &[String]) -> Vec<String> {
     v
 }
 
+/// How many threads of process `pid` may run exactly on `cpus` (as
+/// /proc writes a CPU list).
+fn threads_allowed_on(pid: u32, cpus: &str) -> Result<usize> {
+    let mut n = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let status = std::fs::read_to_string(task?.path().join("status"))?;
+        let allowed = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+            .map(str::trim);
+        n += usize::from(allowed == Some(cpus));
+    }
+    Ok(n)
+}
+
 #[test]
 fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Result<()> {
     let model = repo_root().join("models/squeezenet/config.toml");
@@ -66,6 +81,12 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
             // requests; shedding under a tight SLO is the batching tests' job.
             "--slo-ms".into(),
             "2000".into(),
+            // Its share of the machine: one core for the engine's two
+            // threads (its pool thread and the inference thread).
+            "--cores".into(),
+            "1".into(),
+            "--threads".into(),
+            "2".into(),
         ],
         &eal(
             &prefix,
@@ -119,6 +140,13 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
             "message: {msg}"
         );
     }
+    // The share of cores holds: the inference thread and the engine's pool
+    // thread (at least) may run on core 1 only.
+    let pinned = threads_allowed_on(kp_if.pid(), "1")?;
+    ensure!(
+        pinned >= 2,
+        "{pinned} kp-if threads pinned to core 1, want the inference thread and the pool's"
+    );
     let if_report = kp_if.stop()?;
     let ifm_report = ifm.stop()?;
 

@@ -67,6 +67,7 @@
 //! - DPDK 22.11 as packaged by Debian, linked dynamically (the EAL then
 //!   loads its PMD plugins by itself).
 
+pub mod affinity;
 mod eal;
 mod error;
 mod ids;

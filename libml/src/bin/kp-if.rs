@@ -63,6 +63,12 @@ struct Args {
     /// Engine intra-op threads (default: the model's).
     #[arg(long)]
     threads: Option<usize>,
+    /// CPU cores of this IF's share (`0-3,6`): the engine's thread pool and
+    /// the inference thread run only there. The fragment thread is the EAL
+    /// lcore, pinned by `--lcores` (give it a CPU of the same set). Default:
+    /// wherever the process may run.
+    #[arg(long, value_parser = parse_cores)]
+    cores: Option<Cores>,
     /// Engine (default: the model's).
     #[arg(long, value_parser = ["onnxruntime", "tract"])]
     engine: Option<String>,
@@ -88,6 +94,14 @@ struct Args {
     /// if-manager's `--file-prefix`, a distinct `--lcores ID@CPU`.
     #[arg(last = true)]
     eal: Vec<String>,
+}
+
+/// A CPU list (a newtype so clap takes it as one value).
+#[derive(Clone, Debug)]
+struct Cores(Vec<usize>);
+
+fn parse_cores(s: &str) -> Result<Cores, String> {
+    dpdk::affinity::parse_cpu_list(s).map(Cores)
 }
 
 fn main() -> ExitCode {
@@ -130,6 +144,11 @@ fn run(args: Args) -> Result<()> {
         InputFormat::F32Nchw => InputLayout::f32_nchw(c, h, w)?,
     };
 
+    // Pinned before the engine exists: its thread pool inherits the mask.
+    if let Some(Cores(cores)) = &args.cores {
+        dpdk::affinity::set_current_thread_cpus(cores)
+            .with_context(|| format!("pinning to cores {cores:?}"))?;
+    }
     // The engine first: a model that cannot load should fail before we
     // attach to anything.
     let mut engine = engine_for(model.engine)?;
@@ -228,12 +247,15 @@ fn attach_and_serve(
         c.ready(model.if_id).map_err(anyhow::Error::msg)?;
     }
     eprintln!(
-        "kp-if: ready: {} as if {} on {} ({}, {} threads, slo {:?}, capacity {}, max batch {})",
+        "kp-if: ready: {} as if {} on {} ({}, {} threads on cores {}, slo {:?}, capacity {}, max batch {})",
         model.name,
         model.if_id.0,
         ring_name,
         engine.name(),
         model.intra_op_threads,
+        args.cores
+            .as_ref()
+            .map_or("any".to_string(), |c| format!("{:?}", c.0)),
         model.slo,
         args.capacity,
         max_batch
@@ -268,6 +290,7 @@ fn attach_and_serve(
         exit_when_idle: args.exit_when_idle.map(Duration::from_secs_f64),
         busy_poll: args.busy_poll,
         telemetry_every: Duration::from_secs(1),
+        inference_cpus: args.cores.as_ref().map(|c| c.0.clone()),
     };
     let mut report = serve(
         &cfg,
