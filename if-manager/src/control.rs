@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dpdk::{MbufBurst, Ring, RingFlags, SocketId};
+use libml::runtime::handover::IfControl;
 use libml::wire::IfId;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -91,6 +92,8 @@ pub struct Registry {
 
 #[derive(Debug)]
 struct RegisteredIf {
+    /// Where its IFs agree on who dequeues (freed with the entry).
+    _control: IfControl,
     ring_name: String,
     ring_size: u32,
     counters: Arc<IfCounters>,
@@ -187,11 +190,14 @@ impl Registry {
             return Err(format!("ring_size {size} is not a power of two >= 2"));
         }
         let name = names::if_ring(if_id);
-        // Single producer (the RX lcore), single consumer (the active IF).
+        // Single producer (the RX lcore), single consumer (the active IF;
+        // its shadow waits its turn through the control block).
         let flags = RingFlags {
             single_producer: true,
             single_consumer: true,
         };
+        let control = IfControl::create(if_id, self.socket)
+            .map_err(|e| format!("cannot create {if_id}'s control block: {e}"))?;
         let ring = Ring::create(&name, size, self.socket, flags)
             .map_err(|e| format!("cannot create ring {name}: {e}"))?;
         let counters = Arc::new(IfCounters::default());
@@ -207,6 +213,7 @@ impl Registry {
         self.ifs.insert(
             if_id,
             RegisteredIf {
+                _control: control,
                 ring_name: name.clone(),
                 ring_size: size,
                 counters,

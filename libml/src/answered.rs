@@ -114,6 +114,20 @@ impl AnsweredTable {
             .iter()
             .any(|slot| slot.key.as_ref() == Some(key) && slot.expires_ns > now_ns)
     }
+
+    /// Every key still remembered at `now_ns`, most recently answered first
+    /// (for a switchover's handover).
+    pub fn live_keys(&self, now_ns: u64) -> Vec<RequestKey> {
+        let mut live: Vec<(u64, RequestKey)> = self
+            .sets
+            .iter()
+            .flatten()
+            .filter(|slot| slot.expires_ns > now_ns)
+            .filter_map(|slot| slot.key.map(|k| (slot.expires_ns, k)))
+            .collect();
+        live.sort_unstable_by_key(|e| std::cmp::Reverse(e.0));
+        live.into_iter().map(|(_, k)| k).collect()
+    }
 }
 
 /// FNV-1a over the key's fields: cheap, no allocation, good enough spread for

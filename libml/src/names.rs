@@ -21,3 +21,21 @@ pub fn if_ring(if_id: IfId) -> String {
 pub fn input_pool(if_id: IfId, pid: u32) -> String {
     format!("kp_pool_{}_{}", if_id.0, pid)
 }
+
+/// The memzone where the IFs of `if_id` (active and shadow) agree on who
+/// dequeues its ring and hand requests over (created with the ring).
+pub fn if_control(if_id: IfId) -> String {
+    format!("kp_ifctl_{}", if_id.0)
+}
+
+/// The ring on which process `pid`'s new active forwards it the fragments
+/// of requests it was assembling when it handed its ring over.
+pub fn handback_ring(pid: u32) -> String {
+    format!("kp_hb_{pid}")
+}
+
+/// The memzone where process `pid` keeps the addressing of every request it
+/// holds, so that its successor can answer them if it dies.
+pub fn ledger(pid: u32) -> String {
+    format!("kp_ledger_{pid}")
+}

@@ -1016,6 +1016,32 @@ impl Reassembler {
         self.next_deadline_ns = u64::MAX;
     }
 
+    /// Remembers `key` as answered (by another process: a switchover's
+    /// predecessor), so its fragments are `Late` for the answered
+    /// time-to-live. Not for a request in flight here.
+    pub fn mark_answered(&mut self, key: &RequestKey, now_ns: u64) {
+        if let Answer::Now { evicted_live: true } = self.answered.first_answer(key, now_ns) {
+            self.counters.answered_evictions += 1;
+        }
+    }
+
+    /// The keys of the requests being assembled, in slot order.
+    pub fn in_flight_keys(&self) -> Vec<RequestKey> {
+        self.slots
+            .iter()
+            .filter_map(|s| match s {
+                SlotState::Assembling(a) => Some(a.key),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every request answered (or begun) within the answered time-to-live,
+    /// most recent first: in flight, handed over and answered alike.
+    pub fn answered_keys(&self, now_ns: u64) -> Vec<RequestKey> {
+        self.answered.live_keys(now_ns)
+    }
+
     /// Requests being assembled.
     pub fn in_flight(&self) -> usize {
         self.in_flight

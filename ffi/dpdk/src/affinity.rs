@@ -1,4 +1,5 @@
-//! CPU affinity of the calling thread: the CPU form of a resource share.
+//! CPU affinity of the calling thread (the CPU form of a resource share),
+//! and the machine-wide monotonic clock.
 //!
 //! DPDK pins each lcore's thread itself (`--lcores ID@CPUS`); the other
 //! threads of a process — an inference engine's intra-op pool, the
@@ -59,6 +60,37 @@ pub fn current_thread_cpus() -> io::Result<Vec<usize>> {
         .collect())
 }
 
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the
+/// machine (unlike `std::time::Instant`, whose values cannot be exchanged),
+/// so a switchover gap can be measured from one IF's last dequeue to the
+/// next one's first.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Whether a process with this pid is alive (exists and is not a zombie
+/// waiting for its parent to reap it).
+pub fn process_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
+}
+
 /// Parses a CPU list as the kernel writes them: `0-3,6,8-9`.
 pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
     let mut cpus = Vec::new();
@@ -89,6 +121,15 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_pid_0_is_not() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(0));
+        assert!(!process_alive(u32::MAX));
+        let t0 = monotonic_ns();
+        assert!(monotonic_ns() >= t0 && t0 > 0);
+    }
 
     #[test]
     fn cpu_lists_parse_like_the_kernel_writes_them() {

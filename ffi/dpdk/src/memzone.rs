@@ -4,6 +4,7 @@
 use std::fmt;
 use std::ops::BitOr;
 use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
 
 use dpdk_sys as sys;
 
@@ -190,6 +191,24 @@ impl Memzone {
         // SAFETY:
         // - as in `as_slice`; the caller guarantees exclusive access.
         unsafe { std::slice::from_raw_parts_mut(self.as_ptr(), self.len()) }
+    }
+}
+
+impl Memzone {
+    /// The zone's bytes as 64-bit atomic words (the first `len / 8`): the
+    /// safe way to share state with other processes through a zone, each
+    /// word read and written with the ordering the protocol needs.
+    pub fn as_atomic_u64s(&self) -> &[AtomicU64] {
+        // SAFETY:
+        // - the zone is mapped and initialised for `len()` bytes while
+        //   `self` lives (handle invariant), at an address aligned to a
+        //   cache line (DPDK's minimum memzone alignment), so to 8 bytes;
+        // - `AtomicU64` has the size and alignment of `u64` and every bit
+        //   pattern is a valid value; all access through the slice is
+        //   atomic, so sharing it with other threads and processes (which
+        //   Rust cannot see) is no data race as long as they use atomics
+        //   too, which is the documented contract of zones used this way.
+        unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU64>(), self.len() / 8) }
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use dpdk::{Eal, Mempool, ProcessType, Ring};
+use dpdk::{Eal, Mempool, ProcessType, Ring, RingFlags};
 use libml::batching::{BatchConfig, BatchPolicy};
 use libml::engine::{engine_for, EngineConfig};
 use libml::model::{EngineKind, InputFormat, ModelConfig};
@@ -26,7 +26,8 @@ use libml::names;
 use libml::pool::{InputLayout, InputPool};
 use libml::reassembly::{Reassembler, ReassemblerConfig};
 use libml::runtime::control::ControlClient;
-use libml::runtime::{serve, Answerer, RuntimeConfig};
+use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell};
+use libml::runtime::{serve, Answerer, RuntimeConfig, Succession};
 use libml::wire::IfId;
 use serde_json::json;
 
@@ -83,6 +84,16 @@ struct Args {
     /// Never sleep when idle.
     #[arg(long)]
     busy_poll: bool,
+    /// Start as a shadow: load the model, attach, then park (dequeue
+    /// nothing) until told to `activate` on the `--listen` socket; the
+    /// active IF of the same if_id keeps serving meanwhile.
+    #[arg(long, requires = "listen")]
+    standby: bool,
+    /// Serve this IF's own control socket here (ZeroMQ REP, JSON):
+    /// `status`, `activate`, `yield`, `stop` — how the orchestrator runs a
+    /// switchover.
+    #[arg(long)]
+    listen: Option<String>,
     /// Publish telemetry (one JSON message per second, plus each
     /// under/over-provisioning report) on a ZeroMQ PUB socket bound here.
     #[arg(long)]
@@ -102,6 +113,96 @@ struct Cores(Vec<usize>);
 
 fn parse_cores(s: &str) -> Result<Cores, String> {
     dpdk::affinity::parse_cpu_list(s).map(Cores)
+}
+
+/// Fragments a hand-back ring holds: a switchover hands back at most the
+/// fragments of `capacity` requests, which arrive no faster than a ring's
+/// worth between two polls.
+const HANDBACK_RING_SIZE: u32 = 4096;
+
+/// How much longer than the reassembly timeout a successor forwards
+/// fragments back after a switchover.
+const SWITCHOVER_GRACE_MARGIN: Duration = Duration::from_millis(100);
+
+/// Who we are, for control replies.
+struct IfInfo<'a> {
+    if_id: u16,
+    model: &'a str,
+}
+
+/// Serves the IF's control socket until the IF is done: one JSON reply to
+/// every request, errors included.
+fn serve_control(
+    sock: &zmq::Socket,
+    mode: &ModeCell,
+    stop: &AtomicBool,
+    ctl: &IfControl,
+    info: &IfInfo<'_>,
+) {
+    while mode.get() != Mode::Done {
+        let Ok(bytes) = sock.recv_bytes(0) else {
+            continue; // the receive timeout: look at the mode again
+        };
+        let reply = control_reply(&bytes, mode, stop, ctl, info);
+        let _ = sock.send(reply.to_string().as_bytes(), 0);
+    }
+}
+
+fn control_reply(
+    bytes: &[u8],
+    mode: &ModeCell,
+    stop: &AtomicBool,
+    ctl: &IfControl,
+    info: &IfInfo<'_>,
+) -> serde_json::Value {
+    let err = |why: String| json!({ "ok": false, "error": why });
+    let cmd: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return err(format!("not JSON: {e}")),
+    };
+    let status = |mode: &ModeCell| {
+        let (switchovers, last_gap_ns) = ctl.switchovers();
+        json!({
+            "ok": true,
+            "pid": std::process::id(),
+            "if_id": info.if_id,
+            "model": info.model,
+            "mode": mode.get().name(),
+            "owner": ctl.owner(),
+            "switchovers": switchovers,
+            "last_gap_ns": last_gap_ns,
+        })
+    };
+    match cmd["cmd"].as_str() {
+        Some("status") => status(mode),
+        Some("activate") => {
+            if mode.transition(Mode::Standby, Mode::Arming)
+                || matches!(mode.get(), Mode::Arming | Mode::Active)
+            {
+                status(mode)
+            } else {
+                err(format!("cannot activate: the IF is {}", mode.get().name()))
+            }
+        }
+        Some("yield") => {
+            if !mode.transition(Mode::Active, Mode::Yielding) {
+                return err(format!("cannot yield: the IF is {}", mode.get().name()));
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while mode.get() == Mode::Yielding && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            status(mode)
+        }
+        Some("stop") => {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            json!({ "ok": true })
+        }
+        Some(other) => err(format!(
+            "unknown command '{other}' (status, activate, yield, stop)"
+        )),
+        None => err("a command is a JSON object with a \"cmd\" string".to_string()),
+    }
 }
 
 fn main() -> ExitCode {
@@ -239,15 +340,65 @@ fn attach_and_serve(
     bcfg.max_batch = max_batch;
     let mut policy = BatchPolicy::new(bcfg)?;
 
+    // The ring's succession: who dequeues it, and our part in it.
+    let me = std::process::id();
+    let ctl = IfControl::lookup(model.if_id)
+        .with_context(|| format!("looking up {}'s control block", model.if_id))?;
+    if !args.standby && ctl.owner() != 0 && dpdk::affinity::process_alive(ctl.owner()) {
+        bail!(
+            "{} is already served by process {} (start with --standby --listen to be its shadow)",
+            model.if_id,
+            ctl.owner()
+        );
+    }
+    let ledger = Ledger::create(args.capacity, eal.socket_id()).context("creating the ledger")?;
+    let handback = Ring::create(
+        &names::handback_ring(me),
+        HANDBACK_RING_SIZE,
+        eal.socket_id(),
+        RingFlags {
+            single_producer: false,
+            single_consumer: true,
+        },
+    )
+    .context("creating the hand-back ring")?;
+    let mode = ModeCell::new(if args.standby {
+        Mode::Standby
+    } else {
+        Mode::Arming
+    });
+    let succession = Succession {
+        control: &ctl,
+        mode: &mode,
+        ledger: &ledger,
+        handback: &handback,
+        grace: Duration::from_millis(args.reassembly_timeout_ms) + SWITCHOVER_GRACE_MARGIN,
+    };
+
     let stop = Arc::new(AtomicBool::new(false));
     for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
-    if let Some(c) = &control {
+    if let (Some(c), false) = (&control, args.standby) {
         c.ready(model.if_id).map_err(anyhow::Error::msg)?;
     }
+    let mut listener = args
+        .listen
+        .as_deref()
+        .map(|endpoint| -> Result<_> {
+            let ctx = zmq::Context::new();
+            let sock = ctx.socket(zmq::REP)?;
+            sock.set_linger(0)?;
+            sock.set_rcvtimeo(100)?;
+            sock.bind(endpoint)
+                .with_context(|| format!("binding the control socket {endpoint}"))?;
+            // The socket moves to the control thread; the context stays.
+            Ok((ctx, Some(sock)))
+        })
+        .transpose()?;
     eprintln!(
-        "kp-if: ready: {} as if {} on {} ({}, {} threads on cores {}, slo {:?}, capacity {}, max batch {})",
+        "kp-if: {}: {} as if {} on {} ({}, {} threads on cores {}, slo {:?}, capacity {}, max batch {})",
+        if args.standby { "standby" } else { "ready" },
         model.name,
         model.if_id.0,
         ring_name,
@@ -292,21 +443,36 @@ fn attach_and_serve(
         telemetry_every: Duration::from_secs(1),
         inference_cpus: args.cores.as_ref().map(|c| c.0.clone()),
     };
-    let mut report = serve(
-        &cfg,
-        &ring,
-        &answerer,
-        layout,
-        &mut pool,
-        &mut reassembler,
-        &mut policy,
-        engine,
-        &stop,
-        publisher
-            .as_ref()
-            .map(|_| &publish as &(dyn Fn(&serde_json::Value) + Sync)),
-    );
-    if let Some(c) = &control {
+    let info = IfInfo {
+        if_id: model.if_id.0,
+        model: &model.name,
+    };
+    let mut report = std::thread::scope(|s| {
+        if let Some(sock) = listener.as_mut().and_then(|(_, sock)| sock.take()) {
+            let (mode, stop, ctl) = (&mode, &*stop, &ctl);
+            let info = &info;
+            s.spawn(move || serve_control(&sock, mode, stop, ctl, info));
+        }
+        serve(
+            &cfg,
+            &ring,
+            &succession,
+            &answerer,
+            layout,
+            &mut pool,
+            &mut reassembler,
+            &mut policy,
+            engine,
+            &stop,
+            publisher
+                .as_ref()
+                .map(|_| &publish as &(dyn Fn(&serde_json::Value) + Sync)),
+        )
+    });
+    let yielded = report["succession"]["yielded"] == true;
+    let never_active = report["succession"]["taken"].is_null();
+    // The if_id stays live at the if-manager while a successor serves it.
+    if let (Some(c), false, false) = (&control, yielded, never_active) {
         if let Err(e) = c.goodbye(model.if_id) {
             eprintln!("kp-if: goodbye: {e}");
         }

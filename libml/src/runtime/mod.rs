@@ -32,6 +32,7 @@
 
 mod answer;
 pub mod control;
+pub mod handover;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +44,7 @@ use dpdk::{MbufBurst, Ring};
 use serde_json::{json, Value};
 
 pub use answer::{Answerer, ReplyTo, SendError};
+use handover::{IfControl, Ledger, Mode, ModeCell, Taken};
 
 use crate::backoff::{IdleAction, IdleBackoff};
 use crate::batching::{BatchPolicy, Decision, ProvisioningReport};
@@ -51,7 +53,7 @@ use crate::pool::{self, InputLayout};
 use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
 use crate::telemetry::Telemetry;
 use crate::topk::top_k;
-use crate::wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, Status};
+use crate::wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
 
 /// Largest top-k an IF answers with (PROTOCOL.md allows more; nobody needs
 /// more than this many classes per answer, and it bounds the stack buffer).
@@ -63,6 +65,17 @@ const BURST: usize = 32;
 /// How often the fragment thread checks for expired requests and returned
 /// slots, in polls (and after every sleep).
 const TICK_EVERY: u32 = 32;
+
+/// How long a parked shadow sleeps between looks at its mode.
+const STANDBY_NAP: Duration = Duration::from_millis(2);
+
+/// How long an armed shadow spins for the ring before it parks again (the
+/// active it was to succeed never yielded).
+const ARMING_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long a yielded IF keeps its hand-back ring after its successor's
+/// forwarding deadline.
+const HANDBACK_MARGIN: Duration = Duration::from_millis(50);
 
 /// With `exit_when_idle`, how long to wait for the very first fragment (the
 /// if-manager holds RX until every IF of a replay has loaded its model).
@@ -88,6 +101,23 @@ pub struct RuntimeConfig {
     /// CPUs the inference thread is pinned to (the IF's share of cores);
     /// `None`: left where it was started.
     pub inference_cpus: Option<Vec<usize>>,
+}
+
+/// An IF's place in the succession of its ring: see [`handover`].
+#[derive(Debug)]
+pub struct Succession<'a> {
+    /// The ring's shared control block (who dequeues; handovers).
+    pub control: &'a IfControl,
+    /// This IF's mode, changed by its control thread and its fragment
+    /// thread.
+    pub mode: &'a ModeCell,
+    /// This IF's ledger of the requests it holds.
+    pub ledger: &'a Ledger,
+    /// This IF's hand-back ring: fragments its successor sends back.
+    pub handback: &'a Ring,
+    /// How long a successor forwards fragments back after a switchover
+    /// (longer than the reassembly timeout).
+    pub grace: Duration,
 }
 
 /// Where telemetry goes (the kp-if binary publishes it on ZeroMQ): called
@@ -129,6 +159,7 @@ struct DriverCounters {
 pub fn serve(
     cfg: &RuntimeConfig,
     ring: &Ring,
+    succession: &Succession<'_>,
     answerer: &Answerer,
     layout: &InputLayout,
     pool: &mut pool::InputPool,
@@ -151,10 +182,12 @@ pub fn serve(
     let mut slots: Vec<Option<&mut [f32]>> = buffers.into_iter().map(Some).collect();
     let mut rx = DriverCounters::default();
     let mut inf = DriverCounters::default();
+    let mut stats = SuccessionStats::default();
 
     std::thread::scope(|s| {
         if let Some(publish) = publish {
             let (telemetry, latest, all_done) = (&telemetry, &latest_batching, &all_done);
+            let mode = succession.mode;
             s.spawn(move || {
                 let mut next = Instant::now() + cfg.telemetry_every;
                 while !all_done.load(Ordering::Acquire) {
@@ -165,6 +198,7 @@ pub fn serve(
                     next += cfg.telemetry_every;
                     let snapshot = json!({
                         "kind": "telemetry",
+                        "mode": mode.get().name(),
                         "telemetry": lock(telemetry).to_json(now_ns()),
                         "batching": serde_json::to_value(*latest.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or(Value::Null),
                     });
@@ -188,6 +222,7 @@ pub fn serve(
                 &fragments_done,
                 &telemetry,
                 &now_ns,
+                succession.ledger,
                 span,
                 &latest_batching,
                 publish,
@@ -196,6 +231,7 @@ pub fn serve(
         fragment_loop(
             cfg,
             ring,
+            succession,
             answerer,
             layout,
             reassembler,
@@ -206,6 +242,7 @@ pub fn serve(
             &telemetry,
             &now_ns,
             &mut rx,
+            &mut stats,
         );
         fragments_done.store(true, Ordering::Release);
         match inference.join() {
@@ -240,6 +277,17 @@ pub fn serve(
             "answered_evictions": c.answered_evictions,
         },
         "batching": serde_json::to_value(policy.stats()).unwrap_or(Value::Null),
+        "succession": {
+            "taken": stats.taken,
+            "gap_ns": stats.gap_ns,
+            "handed_in_flight": stats.handed_in_flight,
+            "handed_answered": stats.handed_answered,
+            "forwarded": stats.forwarded,
+            "forward_lost": stats.forward_lost,
+            "recovered_internal": stats.recovered,
+            "yielded": stats.yielded,
+            "lost_ownership": stats.lost_ownership,
+        },
         "driver": {
             "send_failed": rx.send_failed + inf.send_failed,
             "engine_errors": inf.engine_errors,
@@ -251,10 +299,40 @@ pub fn serve(
     })
 }
 
+/// The fragment thread's view of the ring's succession, and what it did.
+#[derive(Debug, Default)]
+struct SuccessionStats {
+    /// How it came to own the ring: "free", "handed", "from_dead".
+    taken: Option<&'static str>,
+    /// From the predecessor's release to our first dequeue.
+    gap_ns: Option<u64>,
+    handed_in_flight: usize,
+    handed_answered: usize,
+    /// Fragments of the predecessor's requests sent back to it.
+    forwarded: u64,
+    /// ... that its hand-back ring had no room for.
+    forward_lost: u64,
+    /// Requests of a dead predecessor answered INTERNAL.
+    recovered: u64,
+    /// We yielded the ring to a successor.
+    yielded: bool,
+    /// We found someone else owning the ring while active, and stopped.
+    lost_ownership: bool,
+}
+
+/// Fragments of a predecessor's in-flight requests, sent back to it.
+struct Forward {
+    from_pid: u32,
+    keys: std::collections::HashSet<RequestKey>,
+    until_ns: u64,
+    ring: Option<Ring>,
+}
+
 #[allow(clippy::too_many_arguments)]
 fn fragment_loop<'p>(
     cfg: &RuntimeConfig,
     ring: &Ring,
+    succession: &Succession<'_>,
     answerer: &Answerer,
     layout: &InputLayout,
     reassembler: &mut Reassembler,
@@ -265,7 +343,10 @@ fn fragment_loop<'p>(
     telemetry: &Mutex<Telemetry>,
     now_ns: &dyn Fn() -> u64,
     counters: &mut DriverCounters,
+    stats: &mut SuccessionStats,
 ) {
+    let me = std::process::id();
+    let ledger = succession.ledger;
     let mut burst = MbufBurst::<BURST>::new();
     let mut backoff = IdleBackoff::new(cfg.busy_poll);
     let mut last_fragment_ns = now_ns();
@@ -273,9 +354,17 @@ fn fragment_loop<'p>(
     let mut polls = 0u32;
     // Reply addressing of the request in each slot (for INCOMPLETE).
     let mut replies: Vec<Option<ReplyTo>> = vec![None; slots.len()];
+    // Where fragments come from: our ring, or our hand-back ring once we
+    // yielded it.
+    let mut source = ring;
+    let mut forward: Option<Forward> = None;
+    let mut drain_until: Option<u64> = None;
+    let mut first_dequeue_pending: Option<u64> = None;
+    let mut arming_since: Option<u64> = None;
     loop {
         polls = polls.wrapping_add(1);
-        if polls.is_multiple_of(TICK_EVERY) || backoff.is_sleeping() {
+        let mode = succession.mode.get();
+        if polls.is_multiple_of(TICK_EVERY) || backoff.is_sleeping() || mode != Mode::Active {
             now = now_ns();
             while let Some(r) = returned.pop() {
                 let _ = reassembler.release(r.slot);
@@ -286,13 +375,17 @@ fn fragment_loop<'p>(
                     let latency = latency_us(e.first_seen_ns, now);
                     counters.send_failed +=
                         u64::from(answerer.error(&reply, e.status(), latency).is_err());
+                    ledger.clear(e.slot.index());
                     lock(telemetry).on_answer(e.status(), u64::from(latency), now);
                 }
             });
+            if forward.as_ref().is_some_and(|f| now >= f.until_ns) {
+                forward = None; // the predecessor is done with them
+            }
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            if let Some(idle) = cfg.exit_when_idle {
+            if let (Some(idle), Mode::Active) = (cfg.exit_when_idle, mode) {
                 // Before the first fragment the if-manager may still be
                 // waiting for other IFs to load their models: be patient.
                 let idle = if counters.fragments == 0 {
@@ -307,17 +400,131 @@ fn fragment_loop<'p>(
             }
         }
 
-        let got = ring.dequeue_burst(&mut burst);
+        match mode {
+            Mode::Standby => {
+                // Parked: no CPU to speak of until told to arm.
+                std::thread::sleep(STANDBY_NAP);
+                continue;
+            }
+            Mode::Arming => {
+                let Some(taken) = succession.control.try_take(me) else {
+                    let since = *arming_since.get_or_insert(now);
+                    if now.saturating_sub(since) > ARMING_TIMEOUT.as_nanos() as u64 {
+                        eprintln!(
+                            "kp-if: the ring's owner did not yield within {ARMING_TIMEOUT:?}; parked again"
+                        );
+                        succession.mode.transition(Mode::Arming, Mode::Standby);
+                        arming_since = None;
+                    }
+                    std::hint::spin_loop();
+                    continue;
+                };
+                now = now_ns();
+                match taken {
+                    Taken::Free => stats.taken = Some("free"),
+                    Taken::Handed(h) => {
+                        stats.taken = Some("handed");
+                        stats.handed_in_flight = h.in_flight.len();
+                        stats.handed_answered = h.answered.len();
+                        first_dequeue_pending = Some(h.released_ns);
+                        for key in h.in_flight.iter().chain(&h.answered) {
+                            reassembler.mark_answered(key, now);
+                        }
+                        if !h.in_flight.is_empty() {
+                            let left = (h.released_ns + h.grace_ns)
+                                .saturating_sub(dpdk::affinity::monotonic_ns());
+                            forward = Some(Forward {
+                                from_pid: h.from_pid,
+                                keys: h.in_flight.iter().copied().collect(),
+                                until_ns: now + left,
+                                ring: None,
+                            });
+                        }
+                    }
+                    Taken::FromDead(pid) => {
+                        stats.taken = Some("from_dead");
+                        stats.recovered = recover_from_dead(
+                            pid,
+                            answerer,
+                            reassembler,
+                            telemetry,
+                            now,
+                            &mut counters.send_failed,
+                        );
+                    }
+                }
+                succession.mode.transition(Mode::Arming, Mode::Active);
+            }
+            Mode::Active => {
+                if succession.control.owner() != me {
+                    eprintln!("kp-if: the ring was taken from us; stopping");
+                    stats.lost_ownership = true;
+                    break;
+                }
+            }
+            Mode::Yielding => {
+                now = now_ns();
+                let in_flight = reassembler.in_flight_keys();
+                let answered: Vec<RequestKey> = {
+                    let mine: std::collections::HashSet<_> = in_flight.iter().collect();
+                    reassembler
+                        .answered_keys(now)
+                        .into_iter()
+                        .filter(|k| !mine.contains(k))
+                        .collect()
+                };
+                let grace = succession.grace.as_nanos() as u64;
+                if succession.control.release_with_handover(
+                    me,
+                    &in_flight,
+                    &answered,
+                    grace,
+                    dpdk::affinity::monotonic_ns(),
+                ) {
+                    stats.yielded = true;
+                    source = succession.handback;
+                    // A margin past the successor's forwarding deadline:
+                    // it must be done with our hand-back ring before we go.
+                    drain_until = Some(now + grace + HANDBACK_MARGIN.as_nanos() as u64);
+                }
+                forward = None;
+                succession.mode.set(Mode::Draining);
+                if drain_until.is_none() {
+                    break; // we did not own it: nothing to finish
+                }
+            }
+            Mode::Draining => {
+                if drain_until.is_some_and(|t| now >= t)
+                    && reassembler.in_flight() == 0
+                    && reassembler.handed() == 0
+                {
+                    break;
+                }
+            }
+            Mode::Done => break,
+        }
+
+        if let Some(released_ns) = first_dequeue_pending.take() {
+            let taken_ns = dpdk::affinity::monotonic_ns();
+            let gap = taken_ns.saturating_sub(released_ns);
+            stats.gap_ns = Some(gap);
+            succession.control.record_switchover(gap, taken_ns);
+        }
+        let got = source.dequeue_burst(&mut burst);
         if got > 0 {
             last_fragment_ns = now;
         }
         for mbuf in burst.drain() {
             let (reply, header, payload_at) = match parse(mbuf.data()) {
-                Some(Parsed::Fragment(reply, header, payload_at)) => {
-                    counters.fragments += 1;
-                    (reply, header, payload_at)
-                }
+                Some(Parsed::Fragment(reply, header, payload_at)) => (reply, header, payload_at),
                 Some(Parsed::ShedNotice(reply, header)) => {
+                    if forward
+                        .as_ref()
+                        .is_some_and(|f| f.keys.contains(&reply.key()))
+                    {
+                        forward_back(&mut forward, mbuf, stats);
+                        continue;
+                    }
                     // The if-manager could not deliver a fragment of this
                     // request: answer it OVERLOADED unless it was answered.
                     let requests_before = reassembler.counters().requests;
@@ -332,12 +539,13 @@ fn fragment_loop<'p>(
                         ..
                     } = outcome
                     {
-                        if let Some(slot) = freed {
-                            replies[slot.index()] = None;
-                        }
                         let latency = latency_us(first_seen_ns, now);
                         counters.send_failed +=
                             u64::from(answerer.error(&reply, status, latency).is_err());
+                        if let Some(slot) = freed {
+                            replies[slot.index()] = None;
+                            ledger.clear(slot.index());
+                        }
                         lock(telemetry).on_answer(status, u64::from(latency), now);
                     }
                     continue;
@@ -349,6 +557,11 @@ fn fragment_loop<'p>(
                 }
             };
             let key = reply.key();
+            if forward.as_ref().is_some_and(|f| f.keys.contains(&key)) {
+                forward_back(&mut forward, mbuf, stats);
+                continue;
+            }
+            counters.fragments += 1;
             let requests_before = reassembler.counters().requests;
             let outcome = reassembler.on_fragment(key, &header, now);
             if reassembler.counters().requests != requests_before {
@@ -357,12 +570,14 @@ fn fragment_loop<'p>(
             let payload = &mbuf.data()[payload_at..];
             match outcome {
                 FragmentOutcome::Store { slot, offset } => {
+                    ledger.hold(slot.index(), &reply);
                     replies[slot.index()] = Some(reply);
                     if let Some(buf) = slots[slot.index()].as_deref_mut() {
                         layout.write_fragment(payload, offset, buf);
                     }
                 }
                 FragmentOutcome::StoreAndComplete { slot, offset, done } => {
+                    ledger.hold(slot.index(), &reply);
                     replies[slot.index()] = None;
                     if let Some(buf) = slots[slot.index()].take() {
                         layout.write_fragment(payload, offset, buf);
@@ -382,12 +597,13 @@ fn fragment_loop<'p>(
                     freed,
                     ..
                 } => {
-                    if let Some(slot) = freed {
-                        replies[slot.index()] = None;
-                    }
                     let latency = latency_us(first_seen_ns, now);
                     counters.send_failed +=
                         u64::from(answerer.error(&reply, status, latency).is_err());
+                    if let Some(slot) = freed {
+                        replies[slot.index()] = None;
+                        ledger.clear(slot.index());
+                    }
                     lock(telemetry).on_answer(status, u64::from(latency), now);
                 }
                 FragmentOutcome::Duplicate | FragmentOutcome::Late | FragmentOutcome::Malformed => {
@@ -409,9 +625,55 @@ fn fragment_loop<'p>(
             let latency = latency_us(f.first_seen_ns, now);
             counters.send_failed +=
                 u64::from(answerer.error(&reply, Status::Internal, latency).is_err());
+            ledger.clear(f.slot.index());
             lock(telemetry).on_answer(Status::Internal, u64::from(latency), now);
         }
     });
+    // A clean exit frees the ring for whoever comes next (a no-op if we
+    // yielded it or never had it).
+    succession.control.release(me);
+    succession.mode.set(Mode::Done);
+}
+
+/// Sends a fragment of a request our predecessor holds back to it.
+fn forward_back(forward: &mut Option<Forward>, mbuf: dpdk::Mbuf, stats: &mut SuccessionStats) {
+    let Some(f) = forward.as_mut() else { return };
+    if f.ring.is_none() {
+        // Looked up at the first fragment to forward, not on the
+        // switchover's critical path.
+        f.ring = Ring::lookup(&crate::names::handback_ring(f.from_pid)).ok();
+    }
+    match f.ring.as_ref().map(|r| r.enqueue(mbuf)) {
+        Some(Ok(())) => stats.forwarded += 1,
+        _ => stats.forward_lost += 1,
+    }
+}
+
+/// Answers INTERNAL every request a dead predecessor (`pid`) held, from its
+/// ledger, and remembers them as answered. Returns how many.
+fn recover_from_dead(
+    pid: u32,
+    answerer: &Answerer,
+    reassembler: &mut Reassembler,
+    telemetry: &Mutex<Telemetry>,
+    now: u64,
+    send_failed: &mut u64,
+) -> u64 {
+    let Ok(ledger) = handover::Ledger::lookup(pid) else {
+        eprintln!("kp-if: predecessor {pid} died and left no ledger");
+        return 0;
+    };
+    let held = ledger.held();
+    for reply in &held {
+        reassembler.mark_answered(&reply.key(), now);
+        *send_failed += u64::from(answerer.error(reply, Status::Internal, 0).is_err());
+        lock(telemetry).on_answer(Status::Internal, 0, now);
+    }
+    eprintln!(
+        "kp-if: took over from dead {pid}; answered its {} requests INTERNAL",
+        held.len()
+    );
+    held.len() as u64
 }
 
 /// What the if-manager put on the ring.
@@ -452,6 +714,7 @@ fn inference_loop<'p>(
     fragments_done: &AtomicBool,
     telemetry: &Mutex<Telemetry>,
     now_ns: &dyn Fn() -> u64,
+    ledger: &Ledger,
     span: pool::PoolSpan<'p>,
     latest_batching: &Mutex<crate::batching::BatchStats>,
     publish: Option<Publish<'_>>,
@@ -492,6 +755,7 @@ fn inference_loop<'p>(
                     .error(&r.reply, Status::Overloaded, latency)
                     .is_err(),
             );
+            ledger.clear(r.slot.index());
             lock(telemetry).on_answer(Status::Overloaded, u64::from(latency), now);
             let _ = returned.push(Returned {
                 slot: r.slot,
@@ -557,6 +821,7 @@ fn inference_loop<'p>(
                 ),
             };
             counters.send_failed += u64::from(sent.is_err());
+            ledger.clear(r.slot.index());
             lock(telemetry).on_answer(status, u64::from(latency), finished);
             let _ = returned.push(Returned {
                 slot: r.slot,

@@ -1,0 +1,478 @@
+//! Shadow standby and switchover: which process dequeues an IF's ring, and
+//! how requests cross from the old one to the new one.
+//!
+//! # Ownership
+//!
+//! An IF's ring has one consumer at a time (it is a single-consumer ring).
+//! Several processes may be attached to it — the active IF and its shadow,
+//! same model, already loaded, parked — and they agree on which one
+//! dequeues through [`IfControl`], a memzone the if-manager creates with the
+//! ring: its `owner` word holds the pid of the process allowed to dequeue
+//! (0: nobody). A process takes the ring by compare-and-swap, from 0 or from
+//! a pid that is no longer alive, and checks the word before every dequeue.
+//!
+//! # Switchover (the old active `A` yields to the shadow `S`)
+//!
+//! 1. `S` is *armed*: it spins on `owner`, ready to take it.
+//! 2. `A`'s fragment thread stops dequeuing between two bursts, writes into
+//!    the zone the keys of the requests it is assembling (*in flight*) and
+//!    of those it answered within its answered-table time-to-live, the time
+//!    (`CLOCK_MONOTONIC`) and a grace period, then releases `owner` (a
+//!    store-release of 0). Its complete requests stay queued for its own
+//!    inference thread, which finishes them.
+//! 3. `S` takes `owner` (acquire), reads the keys, notes the time: the gap
+//!    is from `A`'s release to `S`'s first dequeue, a few microseconds.
+//! 4. For the grace period, `S` forwards every fragment of a request `A`
+//!    has in flight, as is, onto `A`'s *hand-back ring*; `A` keeps
+//!    assembling from it, infers, answers. `S` treats the handed keys as
+//!    answered, so their stragglers after the grace period are `Late`, not
+//!    new requests.
+//! 5. After the grace period (longer than the reassembly timeout, so every
+//!    request `A` holds has completed or expired), `S` stops forwarding and
+//!    `A` exits.
+//!
+//! **Guarantee:** every request of which a fragment arrived gets exactly one
+//! answer across a switchover — from `A` if `A` saw a fragment of it before
+//! it yielded, from `S` otherwise. Requests answered by `A` before the
+//! switchover are not answered again by `S`, within the answered
+//! time-to-live (and up to [`MAX_HANDOVER_KEYS`] of them).
+//!
+//! # Crash (the active dies)
+//!
+//! Each IF keeps a [`Ledger`] in its own memzone: one cache line per pool
+//! slot with the addressing of the request in it, written when the request
+//! takes the slot and cleared once its answer is on the TX ring. When a
+//! process takes a ring from a dead owner, it reads the dead one's ledger
+//! and answers every request still in it INTERNAL, and treats their keys as
+//! answered. The answer is enqueued *before* the entry is cleared, so a
+//! crash can cause at worst a duplicate answer (a kill in the nanoseconds
+//! between the two), never a silent loss — except for fragments the dead
+//! process had dequeued but not yet looked at (at most one burst), whose
+//! request, if it had no other fragment, is lost with them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dpdk::{DpdkError, Memzone, MemzoneFlags, SocketId};
+
+use crate::names;
+use crate::wire::{FrameAddr, IfId, MacAddr, RequestKey};
+
+use super::ReplyTo;
+
+/// Most request keys a yielding IF hands over (in flight first, then the
+/// most recently answered).
+pub const MAX_HANDOVER_KEYS: usize = 8192;
+
+const MAGIC: u64 = 0x4b50_4354_4c5f_0001; // "KPCTL_" v1
+
+/// Word indices in the control zone.
+mod w {
+    pub const MAGIC: usize = 0;
+    pub const OWNER: usize = 1;
+    pub const FROM: usize = 2;
+    pub const RELEASED_NS: usize = 3;
+    pub const N_INFLIGHT: usize = 4;
+    pub const N_ANSWERED: usize = 5;
+    pub const GRACE_NS: usize = 6;
+    pub const TAKEN_NS: usize = 7;
+    pub const SWITCHOVERS: usize = 8;
+    pub const LAST_GAP_NS: usize = 9;
+    pub const KEYS: usize = 16;
+}
+
+/// Size of the control zone.
+pub const CONTROL_BYTES: usize = (w::KEYS + 2 * MAX_HANDOVER_KEYS) * 8;
+
+/// What a yielding IF left for its successor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Handover {
+    /// The pid that yielded.
+    pub from_pid: u32,
+    /// When it released the ring (`CLOCK_MONOTONIC` ns).
+    pub released_ns: u64,
+    /// How long to forward fragments of `in_flight` requests to it.
+    pub grace_ns: u64,
+    /// Requests it was assembling: their fragments go back to it.
+    pub in_flight: Vec<RequestKey>,
+    /// Requests it answered recently: not to be answered again.
+    pub answered: Vec<RequestKey>,
+}
+
+/// How a process came to own a ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Taken {
+    /// It was free and nobody handed anything over (first start, or the
+    /// previous owner exited cleanly).
+    Free,
+    /// The previous owner yielded it with this handover.
+    Handed(Handover),
+    /// The previous owner (this pid) died holding it.
+    FromDead(u32),
+}
+
+/// The shared control block of one IF's ring (see the module doc).
+#[derive(Debug)]
+pub struct IfControl {
+    zone: Memzone,
+    /// When this handle last looked whether the owner was alive.
+    last_alive_check_ns: AtomicU64,
+}
+
+impl IfControl {
+    /// Creates `if_id`'s control zone, nobody owning the ring (the
+    /// if-manager does this when it creates the ring; the zone is freed
+    /// with this handle).
+    pub fn create(if_id: IfId, socket: SocketId) -> Result<IfControl, DpdkError> {
+        let zone = Memzone::reserve(
+            &names::if_control(if_id),
+            CONTROL_BYTES,
+            socket,
+            MemzoneFlags::NONE,
+            64,
+        )?;
+        let words = zone.as_atomic_u64s();
+        for word in &words[1..] {
+            word.store(0, Ordering::Relaxed);
+        }
+        words[w::MAGIC].store(MAGIC, Ordering::Release);
+        Ok(IfControl {
+            zone,
+            last_alive_check_ns: AtomicU64::new(0),
+        })
+    }
+
+    /// Finds `if_id`'s control zone.
+    pub fn lookup(if_id: IfId) -> Result<IfControl, DpdkError> {
+        let zone = Memzone::lookup(&names::if_control(if_id))?;
+        let c = IfControl {
+            zone,
+            last_alive_check_ns: AtomicU64::new(0),
+        };
+        if c.word(w::MAGIC).load(Ordering::Acquire) != MAGIC || c.zone.len() < CONTROL_BYTES {
+            return Err(DpdkError::NotFound {
+                op: "IfControl::lookup (not initialised)",
+                name: names::if_control(if_id),
+            });
+        }
+        Ok(c)
+    }
+
+    fn word(&self, i: usize) -> &AtomicU64 {
+        &self.zone.as_atomic_u64s()[i]
+    }
+
+    /// The pid allowed to dequeue (0: nobody).
+    #[inline]
+    pub fn owner(&self) -> u32 {
+        self.word(w::OWNER).load(Ordering::Acquire) as u32
+    }
+
+    /// Takes the ring for `me` if it is free or its owner is dead; `None`
+    /// (nothing changed) while a live process owns it.
+    pub fn try_take(&self, me: u32) -> Option<Taken> {
+        let owner = self.word(w::OWNER);
+        let cur = owner.load(Ordering::Acquire);
+        if cur == u64::from(me) {
+            return Some(Taken::Free);
+        }
+        if cur != 0 && !self.owner_dead(cur as u32) {
+            return None;
+        }
+        owner
+            .compare_exchange(cur, u64::from(me), Ordering::AcqRel, Ordering::Acquire)
+            .ok()?;
+        if cur != 0 {
+            return Some(Taken::FromDead(cur as u32));
+        }
+        let from = self.word(w::FROM).swap(0, Ordering::AcqRel) as u32;
+        if from == 0 || from == me {
+            return Some(Taken::Free);
+        }
+        let n_in =
+            (self.word(w::N_INFLIGHT).load(Ordering::Relaxed) as usize).min(MAX_HANDOVER_KEYS);
+        let n_ans = (self.word(w::N_ANSWERED).load(Ordering::Relaxed) as usize)
+            .min(MAX_HANDOVER_KEYS - n_in);
+        let key = |i: usize| decode_key(self.word(w::KEYS + 2 * i), self.word(w::KEYS + 2 * i + 1));
+        Some(Taken::Handed(Handover {
+            from_pid: from,
+            released_ns: self.word(w::RELEASED_NS).load(Ordering::Relaxed),
+            grace_ns: self.word(w::GRACE_NS).load(Ordering::Relaxed),
+            in_flight: (0..n_in).map(key).collect(),
+            answered: (n_in..n_in + n_ans).map(key).collect(),
+        }))
+    }
+
+    /// Whether `pid` died. Reading /proc costs microseconds, so a spinning
+    /// taker asks at most once a millisecond; in between a live owner is
+    /// assumed.
+    fn owner_dead(&self, pid: u32) -> bool {
+        let now = dpdk::affinity::monotonic_ns();
+        let last = self.last_alive_check_ns.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1_000_000 {
+            return false;
+        }
+        self.last_alive_check_ns.store(now, Ordering::Relaxed);
+        !dpdk::affinity::process_alive(pid)
+    }
+
+    /// Hands the ring over: writes `in_flight` and `answered` (the first
+    /// [`MAX_HANDOVER_KEYS`] in all), then releases it. Only its owner may;
+    /// false if `me` does not own it.
+    pub fn release_with_handover(
+        &self,
+        me: u32,
+        in_flight: &[RequestKey],
+        answered: &[RequestKey],
+        grace_ns: u64,
+        now_ns: u64,
+    ) -> bool {
+        if self.word(w::OWNER).load(Ordering::Acquire) != u64::from(me) {
+            return false;
+        }
+        let n_in = in_flight.len().min(MAX_HANDOVER_KEYS);
+        let n_ans = answered.len().min(MAX_HANDOVER_KEYS - n_in);
+        for (i, k) in in_flight[..n_in]
+            .iter()
+            .chain(&answered[..n_ans])
+            .enumerate()
+        {
+            let (a, b) = encode_key(k);
+            self.word(w::KEYS + 2 * i).store(a, Ordering::Relaxed);
+            self.word(w::KEYS + 2 * i + 1).store(b, Ordering::Relaxed);
+        }
+        self.word(w::N_INFLIGHT)
+            .store(n_in as u64, Ordering::Relaxed);
+        self.word(w::N_ANSWERED)
+            .store(n_ans as u64, Ordering::Relaxed);
+        self.word(w::GRACE_NS).store(grace_ns, Ordering::Relaxed);
+        self.word(w::RELEASED_NS).store(now_ns, Ordering::Relaxed);
+        self.word(w::FROM).store(u64::from(me), Ordering::Relaxed);
+        // Everything above is visible to whoever acquires `owner` next.
+        self.word(w::OWNER).store(0, Ordering::Release);
+        true
+    }
+
+    /// Releases the ring with nothing to hand over (a clean exit); false if
+    /// `me` does not own it.
+    pub fn release(&self, me: u32) -> bool {
+        // FROM is left alone: it is non-zero only between a handover and
+        // the next take, which clears it.
+        self.word(w::OWNER)
+            .compare_exchange(u64::from(me), 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Records a switchover that completed with this gap.
+    pub fn record_switchover(&self, gap_ns: u64, taken_ns: u64) {
+        self.word(w::TAKEN_NS).store(taken_ns, Ordering::Relaxed);
+        self.word(w::LAST_GAP_NS).store(gap_ns, Ordering::Relaxed);
+        self.word(w::SWITCHOVERS).fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Switchovers so far and the last one's gap in ns.
+    pub fn switchovers(&self) -> (u64, u64) {
+        (
+            self.word(w::SWITCHOVERS).load(Ordering::Relaxed),
+            self.word(w::LAST_GAP_NS).load(Ordering::Relaxed),
+        )
+    }
+}
+
+fn encode_key(k: &RequestKey) -> (u64, u64) {
+    let a = (u64::from(u32::from(k.src_ip)) << 32)
+        | (u64::from(k.src_port) << 16)
+        | u64::from(k.if_id.0);
+    (a, k.request_id)
+}
+
+fn decode_key(a: &AtomicU64, b: &AtomicU64) -> RequestKey {
+    let a = a.load(Ordering::Relaxed);
+    RequestKey {
+        src_ip: ((a >> 32) as u32).into(),
+        src_port: (a >> 16) as u16,
+        if_id: IfId(a as u16),
+        request_id: b.load(Ordering::Relaxed),
+    }
+}
+
+/// Words per ledger entry: one cache line.
+const ENTRY: usize = 8;
+
+/// One process's record of the requests it holds, slot by slot (see the
+/// module doc). Each entry is written only by the thread that owns its
+/// slot at the time.
+#[derive(Debug)]
+pub struct Ledger {
+    zone: Memzone,
+}
+
+impl Ledger {
+    /// Creates this process's ledger for `slots` pool slots, all empty.
+    pub fn create(slots: usize, socket: SocketId) -> Result<Ledger, DpdkError> {
+        let zone = Memzone::reserve(
+            &names::ledger(std::process::id()),
+            slots.max(1) * ENTRY * 8,
+            socket,
+            MemzoneFlags::NONE,
+            64,
+        )?;
+        for word in zone.as_atomic_u64s() {
+            word.store(0, Ordering::Relaxed);
+        }
+        Ok(Ledger { zone })
+    }
+
+    /// Finds the ledger of (dead) process `pid`.
+    pub fn lookup(pid: u32) -> Result<Ledger, DpdkError> {
+        Ok(Ledger {
+            zone: Memzone::lookup(&names::ledger(pid))?,
+        })
+    }
+
+    fn entry(&self, slot: usize) -> Option<&[AtomicU64]> {
+        self.zone
+            .as_atomic_u64s()
+            .get(slot * ENTRY..(slot + 1) * ENTRY)
+    }
+
+    /// Records that `slot` holds the request answered to `reply`.
+    #[inline]
+    pub fn hold(&self, slot: usize, reply: &ReplyTo) {
+        let Some(e) = self.entry(slot) else { return };
+        if e[0].load(Ordering::Relaxed) != 0 {
+            return; // already recorded (a later fragment of the request)
+        }
+        let a = &reply.addr;
+        let mac = |m: MacAddr| m.0.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+        e[1].store(mac(a.src_mac), Ordering::Relaxed);
+        e[2].store(mac(a.dst_mac), Ordering::Relaxed);
+        e[3].store(
+            (u64::from(u32::from(a.src_ip)) << 32) | u64::from(u32::from(a.dst_ip)),
+            Ordering::Relaxed,
+        );
+        let vlan = a.vlan_tci.map_or(0, |t| (1 << 16) | u64::from(t));
+        e[4].store(
+            (u64::from(a.src_port) << 48) | (u64::from(a.dst_port) << 32) | vlan,
+            Ordering::Relaxed,
+        );
+        e[5].store(u64::from(reply.if_id.0), Ordering::Relaxed);
+        e[6].store(reply.request_id, Ordering::Relaxed);
+        e[7].store(reply.send_ts_ns, Ordering::Relaxed);
+        e[0].store(1, Ordering::Release);
+    }
+
+    /// Records that `slot`'s request was answered (call after the answer is
+    /// on the TX ring).
+    #[inline]
+    pub fn clear(&self, slot: usize) {
+        if let Some(e) = self.entry(slot) {
+            e[0].store(0, Ordering::Release);
+        }
+    }
+
+    /// The requests still recorded.
+    pub fn held(&self) -> Vec<ReplyTo> {
+        let words = self.zone.as_atomic_u64s();
+        let mac = |v: u64| {
+            let b = v.to_be_bytes();
+            MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
+        };
+        words
+            .chunks_exact(ENTRY)
+            .filter(|e| e[0].load(Ordering::Acquire) == 1)
+            .map(|e| {
+                let ips = e[3].load(Ordering::Relaxed);
+                let ports = e[4].load(Ordering::Relaxed);
+                ReplyTo {
+                    addr: FrameAddr {
+                        src_mac: mac(e[1].load(Ordering::Relaxed)),
+                        dst_mac: mac(e[2].load(Ordering::Relaxed)),
+                        vlan_tci: (ports & (1 << 16) != 0).then_some(ports as u16),
+                        src_ip: ((ips >> 32) as u32).into(),
+                        dst_ip: (ips as u32).into(),
+                        src_port: (ports >> 48) as u16,
+                        dst_port: (ports >> 32) as u16,
+                    },
+                    if_id: IfId(e[5].load(Ordering::Relaxed) as u16),
+                    request_id: e[6].load(Ordering::Relaxed),
+                    send_ts_ns: e[7].load(Ordering::Relaxed),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Where an IF stands in the succession of its ring (shared between its
+/// fragment thread and its control thread).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Mode {
+    /// A shadow: model loaded, attached, parked; dequeues nothing.
+    Standby = 0,
+    /// Told to take over: spinning on the ring's owner word.
+    Arming = 1,
+    /// Owns the ring and dequeues from it.
+    Active = 2,
+    /// Told to yield: hands over before its next dequeue.
+    Yielding = 3,
+    /// Yielded: finishes what it holds (fragments come on its hand-back
+    /// ring), then exits.
+    Draining = 4,
+    /// Stopped or done.
+    Done = 5,
+}
+
+impl Mode {
+    /// Its name in status replies and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Standby => "standby",
+            Mode::Arming => "arming",
+            Mode::Active => "active",
+            Mode::Yielding => "yielding",
+            Mode::Draining => "draining",
+            Mode::Done => "done",
+        }
+    }
+
+    fn from_u8(v: u8) -> Mode {
+        match v {
+            0 => Mode::Standby,
+            1 => Mode::Arming,
+            2 => Mode::Active,
+            3 => Mode::Yielding,
+            4 => Mode::Draining,
+            _ => Mode::Done,
+        }
+    }
+}
+
+/// A [`Mode`] shared between threads.
+#[derive(Debug)]
+pub struct ModeCell(std::sync::atomic::AtomicU8);
+
+impl ModeCell {
+    /// Starting in `mode`.
+    pub fn new(mode: Mode) -> Self {
+        ModeCell(std::sync::atomic::AtomicU8::new(mode as u8))
+    }
+
+    /// The current mode.
+    #[inline]
+    pub fn get(&self) -> Mode {
+        Mode::from_u8(self.0.load(Ordering::Acquire))
+    }
+
+    /// Sets it unconditionally (the fragment thread's transitions).
+    pub fn set(&self, mode: Mode) {
+        self.0.store(mode as u8, Ordering::Release);
+    }
+
+    /// Moves from `from` to `to`; false (nothing changed) if it was not in
+    /// `from` (the control thread's requests).
+    pub fn transition(&self, from: Mode, to: Mode) -> bool {
+        self.0
+            .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+}
