@@ -12,3 +12,6 @@
 //! registers inference-function rings through its own ZeroMQ control socket
 //! (see `if-manager`'s `control` module), which is what the orchestrator will
 //! drive.
+
+pub mod alloc;
+pub mod tuning;
