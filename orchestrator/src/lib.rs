@@ -14,4 +14,5 @@
 //! drive.
 
 pub mod alloc;
+pub mod control;
 pub mod tuning;
