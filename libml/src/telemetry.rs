@@ -37,6 +37,10 @@ pub struct Telemetry {
     throughput: f64,
     first_arrival_ns: Option<u64>,
     last_answer_ns: u64,
+    /// The latency objective (0: none), for the SLO attainment.
+    slo_us: u64,
+    /// Answers OK within the objective.
+    within_slo: u64,
 }
 
 /// Length of the window over which rates are measured.
@@ -62,7 +66,15 @@ impl Telemetry {
             throughput: 0.0,
             first_arrival_ns: None,
             last_answer_ns: now_ns,
+            slo_us: 0,
+            within_slo: 0,
         }
+    }
+
+    /// Measures SLO attainment against `slo_us` from now on.
+    pub fn with_slo_us(mut self, slo_us: u64) -> Self {
+        self.slo_us = slo_us;
+        self
     }
 
     /// A request was seen for the first time (its first fragment).
@@ -80,6 +92,7 @@ impl Telemetry {
         self.window_answers += 1;
         self.last_answer_ns = self.last_answer_ns.max(now_ns);
         if status == Status::Ok {
+            self.within_slo += u64::from(latency_us <= self.slo_us);
             let _ = self.latency_us.record(latency_us.clamp(1, 60_000_000));
             self.ewma_latency_us = ewma(
                 self.ewma_latency_us,
@@ -160,6 +173,12 @@ impl Telemetry {
                 "count": self.latency_us.len(),
             },
             "ewma_exec_us": self.ewma_exec_us,
+            // Answered OK within the SLO, of all answers (errors miss it).
+            "slo_attainment": if self.slo_us == 0 || self.answers_total() == 0 {
+                Value::Null
+            } else {
+                json!(self.within_slo as f64 / self.answers_total() as f64)
+            },
             "run_seconds": run_s,
         })
     }

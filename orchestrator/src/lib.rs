@@ -7,12 +7,24 @@
 //! tunes the shares from telemetry (GSLICE's Algorithm 1 and a weighted
 //! max-min fair allocation) and takes commands over ZeroMQ from `kpctl`.
 //!
-//! This crate is the place for that control plane; see `DESIGN.md`. At this
-//! stage of the project it holds nothing yet: the data plane (`if-manager`)
-//! registers inference-function rings through its own ZeroMQ control socket
-//! (see `if-manager`'s `control` module), which is what the orchestrator will
-//! drive.
+//! The parts, the deterministic ones first:
+//! - [`alloc`]: the weighted max-min fair allocation of the device across
+//!   IFs (pins, floors, demand caps) and its CPU form, sets of cores;
+//! - [`tuning`]: GSLICE's Algorithm 1, an IF's demand from its telemetry;
+//! - [`control`]: the control protocol `kpctl` speaks, the desired state it
+//!   changes (validated whole before anything changes), the ZeroMQ server;
+//! - [`config`]: the platform configuration file;
+//! - [`process`]: child processes and requests to their control sockets;
+//! - [`daemon`]: the loop that drives the processes towards the desired
+//!   state — shadows, switchovers, fail-over, tuning.
+//!
+//! The data-plane mechanics a switchover relies on (who dequeues a ring,
+//! handing requests over, the ledger of a dead IF) are libml's
+//! `runtime::handover`; the orchestrator decides *when*.
 
 pub mod alloc;
+pub mod config;
 pub mod control;
+pub mod daemon;
+pub mod process;
 pub mod tuning;

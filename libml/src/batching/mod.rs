@@ -335,7 +335,7 @@ impl CostModel {
 
 /// Something the orchestrator should hear about, after
 /// [`BatchConfig::report_after`] successive occurrences.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ProvisioningReport {
     /// The SLO was missed at batch size 1 every time: the IF needs a larger

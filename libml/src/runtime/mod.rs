@@ -172,7 +172,7 @@ pub fn serve(
     let clock = Instant::now();
     let now_ns = || clock.elapsed().as_nanos() as u64;
     let capacity = pool.capacity();
-    let telemetry = Mutex::new(Telemetry::new(0));
+    let telemetry = Mutex::new(Telemetry::new(0).with_slo_us(policy.config().slo_ns / 1000));
     let ready: ArrayQueue<Ready<'_>> = ArrayQueue::new(capacity);
     let returned: ArrayQueue<Returned<'_>> = ArrayQueue::new(capacity);
     let fragments_done = AtomicBool::new(false);

@@ -1,0 +1,89 @@
+//! `orchestrator`: kneepoint's control plane daemon.
+//!
+//! `orchestrator --config configs/platform.toml` starts the if-manager and
+//! the inference functions the config names, serves the control socket
+//! (`kpctl`), keeps a parked shadow beside every active IF, re-provisions
+//! IFs through it, tunes their shares, and replaces what dies. SIGINT or
+//! SIGTERM (or `kpctl shutdown`) stops everything it started; the final
+//! summary (switchover gaps per IF) is printed as one JSON line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use orchestrator::config::PlatformConfig;
+use orchestrator::control::{BindOptions, ControlServer};
+use orchestrator::daemon::Daemon;
+
+#[derive(Debug, Parser)]
+#[command(name = "orchestrator", version, about = "kneepoint's control plane")]
+struct Args {
+    /// The platform configuration (see configs/platform.toml).
+    #[arg(long)]
+    config: PathBuf,
+    /// Sockets, logs, decisions and the state file (default: the config's,
+    /// else /run/kneepoint for root, else $XDG_RUNTIME_DIR/kneepoint).
+    #[arg(long)]
+    runtime_dir: Option<PathBuf>,
+    /// The control endpoint (default: ipc://RUNTIME_DIR/orchestrator.sock).
+    #[arg(long)]
+    control: Option<String>,
+    /// Also write the final summary here.
+    #[arg(long)]
+    summary_json: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("orchestrator: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let cfg = PlatformConfig::load(&args.config)?;
+    let runtime_dir = args
+        .runtime_dir
+        .or_else(|| cfg.platform.runtime_dir.clone())
+        .unwrap_or_else(default_runtime_dir);
+    let endpoint = args
+        .control
+        .or_else(|| cfg.platform.control.clone())
+        .unwrap_or_else(|| format!("ipc://{}", runtime_dir.join("orchestrator.sock").display()));
+    let mut server = ControlServer::bind(
+        &endpoint,
+        BindOptions {
+            allow_remote: cfg.platform.allow_remote_control,
+        },
+    )
+    .with_context(|| format!("binding the control socket {endpoint}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    let daemon = Daemon::start(cfg, runtime_dir)?;
+    eprintln!("orchestrator: ready: control on {endpoint}");
+    let summary = daemon.run(&mut server, &stop);
+    let text = summary.to_string();
+    println!("{text}");
+    if let Some(p) = &args.summary_json {
+        std::fs::write(p, format!("{text}\n"))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn default_runtime_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) if orchestrator::control::server::effective_uid().is_none_or(|u| u != 0) => {
+            PathBuf::from(d).join("kneepoint")
+        }
+        _ => PathBuf::from("/run/kneepoint"),
+    }
+}

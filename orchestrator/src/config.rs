@@ -1,0 +1,229 @@
+//! The platform configuration the orchestrator starts from
+//! (`orchestrator --config configs/<file>.toml`).
+//!
+//! It names the if-manager (its options, its EAL arguments, and a command to
+//! run it under, e.g. `ip netns exec NS`), the model repository, where the
+//! binaries are, the cores inference functions may use, the self-tuning
+//! settings, and the IFs to deploy at start. Every field but the if-manager's
+//! EAL arguments has a default; `configs/platform.toml` is the commented
+//! example.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlatformConfig {
+    /// Paths, cores, tuning.
+    #[serde(default)]
+    pub platform: Platform,
+    /// How to start the if-manager.
+    pub if_manager: IfManagerConfig,
+    /// IFs to deploy at start, in order.
+    #[serde(default)]
+    pub deploy: Vec<DeployConfig>,
+}
+
+/// Paths, cores and tuning.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Platform {
+    /// The model repository (relative paths: to the config file's folder's
+    /// parent, i.e. the repository root for `configs/*.toml`).
+    pub models: PathBuf,
+    /// Where `if-manager` and `kp-if` are.
+    pub bin_dir: PathBuf,
+    /// Sockets, logs and the state file (created owner-only). Default:
+    /// `/run/kneepoint` for root, else `$XDG_RUNTIME_DIR/kneepoint`.
+    pub runtime_dir: Option<PathBuf>,
+    /// The control endpoint (default: `ipc://<runtime_dir>/orchestrator.sock`).
+    pub control: Option<String>,
+    /// Let a TCP control endpoint bind beyond loopback.
+    pub allow_remote_control: bool,
+    /// Cores IFs may run on, as a CPU list (`0-3,6`; default: every core
+    /// this process may use).
+    pub cores: Option<String>,
+    /// Run GSLICE's self-tuning loop (Algorithm 1 + max-min allocation).
+    pub tuning: bool,
+    /// How often the loop looks at telemetry, ms.
+    pub tuning_period_ms: u64,
+    /// No share change for an IF within this long of its last one, s.
+    pub hold_down_s: f64,
+    /// Smallest share change made, percent points.
+    pub min_step_pct: f64,
+    /// Requests an IF holds in flight (`kp-if --capacity`).
+    pub capacity: usize,
+    /// Reassembly timeout of the IFs, ms.
+    pub reassembly_timeout_ms: u64,
+}
+
+impl Default for Platform {
+    fn default() -> Self {
+        Platform {
+            models: PathBuf::from("models"),
+            bin_dir: PathBuf::from("target/release"),
+            runtime_dir: None,
+            control: None,
+            allow_remote_control: false,
+            cores: None,
+            tuning: true,
+            tuning_period_ms: 1000,
+            hold_down_s: 10.0,
+            min_step_pct: 5.0,
+            capacity: 64,
+            reassembly_timeout_ms: 100,
+        }
+    }
+}
+
+/// How to start the if-manager.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IfManagerConfig {
+    /// A command to run it under (e.g. `["ip", "netns", "exec", "kp-plat"]`).
+    #[serde(default)]
+    pub wrap: Vec<String>,
+    /// Its options (the orchestrator adds `--control` and `--stats-json`).
+    #[serde(default)]
+    pub options: Vec<String>,
+    /// Its EAL arguments (the orchestrator adds `--file-prefix`).
+    pub eal: Vec<String>,
+    /// DPDK `--file-prefix` of the platform (IFs attach with the same).
+    #[serde(default = "default_prefix")]
+    pub file_prefix: String,
+}
+
+fn default_prefix() -> String {
+    "kneepoint".to_string()
+}
+
+/// One IF to deploy at start.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeployConfig {
+    /// Its if_id (the model's, in the repository).
+    pub if_id: u16,
+    /// The model's name in the repository.
+    pub model: String,
+    /// Latency objective, ms (default: the model's).
+    pub slo_ms: Option<f64>,
+    /// Initial share, percent (default: the model's knee or 30%).
+    pub share_pct: Option<f64>,
+    /// Pin the share (the tuning loop leaves it).
+    #[serde(default)]
+    pub pinned: bool,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not valid TOML for this schema.
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: toml::de::Error,
+    },
+    /// A value is out of range.
+    #[error("{path}: {what}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        what: String,
+    },
+}
+
+impl PlatformConfig {
+    /// Reads and checks `path`; relative paths in it are made absolute
+    /// against the repository root (the config folder's parent).
+    pub fn load(path: &Path) -> Result<PlatformConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mut cfg: PlatformConfig =
+            toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let base = path
+            .canonicalize()
+            .ok()
+            .and_then(|p| p.parent().and_then(Path::parent).map(Path::to_path_buf))
+            .unwrap_or_else(|| PathBuf::from("."));
+        cfg.platform.models = absolute(&base, &cfg.platform.models);
+        cfg.platform.bin_dir = absolute(&base, &cfg.platform.bin_dir);
+        cfg.validate().map_err(|what| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            what,
+        })?;
+        Ok(cfg)
+    }
+
+    /// Range checks.
+    pub fn validate(&self) -> Result<(), String> {
+        let p = &self.platform;
+        if p.tuning_period_ms == 0 {
+            return Err("platform.tuning_period_ms must be > 0".into());
+        }
+        if !(p.hold_down_s.is_finite() && p.hold_down_s >= 0.0) {
+            return Err("platform.hold_down_s must be >= 0".into());
+        }
+        if !(p.min_step_pct.is_finite() && p.min_step_pct > 0.0 && p.min_step_pct <= 100.0) {
+            return Err("platform.min_step_pct must be in (0, 100]".into());
+        }
+        if p.capacity == 0 {
+            return Err("platform.capacity must be > 0".into());
+        }
+        if self.if_manager.eal.is_empty() {
+            return Err("if_manager.eal is empty: give at least --lcores and a --vdev".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for d in &self.deploy {
+            if !seen.insert(d.if_id) {
+                return Err(format!("if_id {} is deployed twice", d.if_id));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn absolute(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_minimal_config_gets_the_defaults_and_bad_ones_say_why() {
+        let cfg: PlatformConfig =
+            toml::from_str("[if_manager]\neal = [\"--lcores\", \"0@0\"]\n").unwrap();
+        assert!(cfg.validate().is_ok());
+        assert_eq!(cfg.platform.hold_down_s, 10.0);
+        assert_eq!(cfg.if_manager.file_prefix, "kneepoint");
+        assert!(toml::from_str::<PlatformConfig>("[if_manager]\neal=[]\nbogus=1\n").is_err());
+        let twice: PlatformConfig = toml::from_str(
+            "[if_manager]\neal=[\"x\"]\n[[deploy]]\nif_id=1\nmodel=\"a\"\n[[deploy]]\nif_id=1\nmodel=\"b\"\n",
+        )
+        .unwrap();
+        assert!(twice.validate().unwrap_err().contains("twice"));
+    }
+}

@@ -1,0 +1,1134 @@
+//! The orchestrator daemon: the if-manager and the inference functions as
+//! processes, driven towards the desired state.
+//!
+//! One thread runs [`Daemon::run`]: every few milliseconds it serves at most
+//! one control request ([`crate::control`]), reaps and replaces processes
+//! that died, moves switchovers along, reads telemetry, and once a tuning
+//! period runs GSLICE's loop ([`crate::tuning`], [`crate::alloc`]). Nothing
+//! in it waits long: a process start is a state it polls.
+//!
+//! # Processes per IF
+//!
+//! - the **active**: a `kp-if` that owns the IF's ring;
+//! - its **shadow**: a `kp-if --standby`, same model and share, loaded and
+//!   parked (libml's `runtime::handover`);
+//! - during a re-provision, the **pending** one: a shadow with the new share
+//!   (or SLO). When it is parked and ready, the daemon tells it to
+//!   `activate` and the active to `yield`; the gap is read from the new
+//!   active; the old active finishes what it holds and exits, the old shadow
+//!   is stopped, and a new shadow with the new share is started.
+//!
+//! A dead active is replaced by its shadow at once (`activate`: it finds the
+//! owner dead, answers INTERNAL what the dead one held, and serves); a dead
+//! shadow is restarted; a dead if-manager takes every IF with it, so the
+//! platform is restarted and the IFs redeployed.
+//!
+//! # Resource shares
+//!
+//! On a CPU host a share is a set of cores (disjoint runs of the configured
+//! cores, [`crate::alloc::split_cores`]) and as many engine threads. On a
+//! GPU host (an NVIDIA device node exists) the IF also gets
+//! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and the MPS control daemon is started
+//! if installed; without a GPU the daemon says so once and uses cores.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use libml::batching::ProvisioningReport;
+use serde_json::{json, Value};
+
+use crate::alloc::{split_cores, AllocConfig, Claim, ShareAllocator};
+use crate::config::PlatformConfig;
+use crate::control::{
+    Change, ControlError, DesiredIf, DesiredState, Handler, IfState, ModelCatalog, Reply, Request,
+    StatusReport, StatusRow,
+};
+use crate::process::{log_line, request, Proc};
+use crate::tuning::{Observation, ShareTuner, TuningConfig};
+
+/// How long an IF's control socket may take to answer.
+const IF_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a process may take to say it is ready (model load included).
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What one `kp-if` process runs with.
+#[derive(Clone, Debug, PartialEq)]
+struct Spec {
+    model: String,
+    binary: PathBuf,
+    slo_ms: f64,
+    share_pct: f64,
+    cores: Vec<usize>,
+}
+
+/// One `kp-if` process.
+#[derive(Debug)]
+struct IfProc {
+    proc: Proc,
+    listen: String,
+    telemetry: String,
+    spec: Spec,
+}
+
+/// A re-provision in progress.
+#[derive(Debug)]
+struct Switch {
+    pending: IfProc,
+    why: String,
+}
+
+/// What the daemon knows of one IF at run time.
+#[derive(Debug)]
+struct IfRuntime {
+    active: Option<IfProc>,
+    shadow: Option<IfProc>,
+    switch: Option<Switch>,
+    tuner: ShareTuner,
+    metrics: Option<Value>,
+    report: Option<ProvisioningReport>,
+    gaps_ns: Vec<u64>,
+    failovers: u64,
+    reason: Option<String>,
+}
+
+/// The daemon.
+pub struct Daemon {
+    cfg: PlatformConfig,
+    runtime_dir: PathBuf,
+    ifm_control: String,
+    ifm: Option<Proc>,
+    state: DesiredState,
+    models: ModelCatalog,
+    ifs: BTreeMap<u16, IfRuntime>,
+    /// Old actives finishing what they hold, retired IFs' processes.
+    leaving: Vec<(u16, IfProc)>,
+    /// IFs retired whose processes are still leaving (then unregistered).
+    retiring: Vec<u16>,
+    cores: Vec<usize>,
+    gpu: bool,
+    allocator: ShareAllocator,
+    tuning: TuningConfig,
+    next_lcore: u32,
+    _zmq: zmq::Context,
+    telemetry: zmq::Socket,
+    decisions: Option<File>,
+    clock: Instant,
+    last_tuning: Instant,
+    platform_restarts: u64,
+}
+
+impl std::fmt::Debug for Daemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Daemon")
+            .field("runtime_dir", &self.runtime_dir)
+            .field("ifs", &self.ifs.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Daemon {
+    /// Prepares the runtime directory, cleans up after a previous
+    /// orchestrator that died, and starts the if-manager and the configured
+    /// IFs (each waits for the previous to be ready).
+    pub fn start(cfg: PlatformConfig, runtime_dir: PathBuf) -> anyhow::Result<Daemon> {
+        use anyhow::Context as _;
+        create_private_dir(&runtime_dir)?;
+        std::fs::create_dir_all(runtime_dir.join("logs"))?;
+        clean_up_previous(&runtime_dir);
+        let models = ModelCatalog::load(&cfg.platform.models).with_context(|| {
+            format!(
+                "loading the model repository {} (run `make models`)",
+                cfg.platform.models.display()
+            )
+        })?;
+        let cores = match &cfg.platform.cores {
+            Some(list) => dpdk::affinity::parse_cpu_list(list).map_err(anyhow::Error::msg)?,
+            None => dpdk::affinity::current_thread_cpus()?,
+        };
+        let gpu = gpu_present();
+        if gpu {
+            start_mps_daemon();
+        } else {
+            eprintln!(
+                "orchestrator: no GPU here: a share is a set of the cores {cores:?} and as many engine threads"
+            );
+        }
+        let tuning = TuningConfig {
+            hold_down_ns: (cfg.platform.hold_down_s * 1e9) as u64,
+            min_step_pct: cfg.platform.min_step_pct,
+            ..TuningConfig::default()
+        };
+        let ctx = zmq::Context::new();
+        let telemetry = ctx.socket(zmq::SUB)?;
+        telemetry.set_subscribe(b"")?;
+        telemetry.set_rcvtimeo(0)?;
+        let kp_if = cfg.platform.bin_dir.join("kp-if");
+        let mut d = Daemon {
+            ifm_control: format!("ipc://{}", runtime_dir.join("if-manager.sock").display()),
+            runtime_dir,
+            ifm: None,
+            state: DesiredState::new(kp_if),
+            models,
+            ifs: BTreeMap::new(),
+            leaving: Vec::new(),
+            retiring: Vec::new(),
+            cores,
+            gpu,
+            allocator: ShareAllocator::new(AllocConfig::default())?,
+            tuning,
+            next_lcore: 1,
+            _zmq: ctx,
+            telemetry,
+            decisions: None,
+            clock: Instant::now(),
+            last_tuning: Instant::now(),
+            platform_restarts: 0,
+            cfg,
+        };
+        d.decisions = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(d.runtime_dir.join("decisions.jsonl"))
+            .ok();
+        d.start_if_manager()?;
+        for dep in d.cfg.deploy.clone() {
+            let req = Request::Deploy {
+                if_id: dep.if_id,
+                model: dep.model.clone(),
+                binary: None,
+                slo_ms: dep.slo_ms,
+                share_pct: dep.share_pct,
+            };
+            let reply = d.handle(req);
+            if !reply.is_ok() {
+                anyhow::bail!(
+                    "deploying if {} ({}): {}",
+                    dep.if_id,
+                    dep.model,
+                    reply.to_json()
+                );
+            }
+            if dep.pinned {
+                let pct = d.state.get(dep.if_id).map_or(30.0, |i| i.share_pct);
+                d.handle(Request::Share {
+                    if_id: dep.if_id,
+                    pct,
+                });
+            }
+            d.wait_until_idle(START_TIMEOUT)?;
+        }
+        Ok(d)
+    }
+
+    /// The if-manager's control endpoint.
+    pub fn if_manager_control(&self) -> &str {
+        &self.ifm_control
+    }
+
+    /// Runs until `shutdown`, serving `server`; returns the final summary.
+    pub fn run(
+        mut self,
+        server: &mut crate::control::ControlServer,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> Value {
+        loop {
+            if stop.load(std::sync::atomic::Ordering::Relaxed) && !self.state.is_shutting_down() {
+                self.handle(Request::Shutdown);
+            }
+            if let Err(e) = server.poll_once(&mut self, Duration::from_millis(5)) {
+                eprintln!("orchestrator: control socket: {e}");
+            }
+            self.step();
+            if self.state.is_shutting_down() && self.all_ifs_gone() {
+                return self.finish();
+            }
+        }
+    }
+
+    /// One round of housekeeping (also used while starting).
+    fn step(&mut self) {
+        self.read_telemetry();
+        self.reap();
+        let ids: Vec<u16> = self.ifs.keys().copied().collect();
+        for id in ids {
+            self.progress(id);
+        }
+        self.reap_leaving();
+        if self.cfg.platform.tuning
+            && !self.state.is_shutting_down()
+            && self.last_tuning.elapsed()
+                >= Duration::from_millis(self.cfg.platform.tuning_period_ms)
+        {
+            self.last_tuning = Instant::now();
+            self.tune();
+        }
+    }
+
+    /// Steps until no IF is busy (start-up), or fails after `timeout`.
+    fn wait_until_idle(&mut self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.step();
+            let busy: Vec<u16> = self
+                .ifs
+                .keys()
+                .copied()
+                .filter(|id| self.state.busy(*id).is_some())
+                .collect();
+            if busy.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!("IFs {busy:?} did not start within {timeout:?}");
+            }
+            if let Some(r) = busy.iter().find_map(|id| self.ifs[id].reason.clone()) {
+                anyhow::bail!("{r}");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.clock.elapsed().as_nanos() as u64
+    }
+
+    // ---------------------------------------------------------------------
+    // Processes
+
+    fn start_if_manager(&mut self) -> anyhow::Result<()> {
+        let c = &self.cfg.if_manager;
+        let exe = self.cfg.platform.bin_dir.join("if-manager");
+        let mut cmd = match c.wrap.split_first() {
+            Some((first, rest)) => {
+                let mut cmd = Command::new(first);
+                cmd.args(rest).arg(&exe);
+                cmd
+            }
+            None => Command::new(&exe),
+        };
+        cmd.args(&c.options)
+            .args(["--control", &self.ifm_control])
+            .arg("--stats-json")
+            .arg(self.runtime_dir.join("if-manager.json"))
+            .arg("--")
+            .args(&c.eal)
+            .args(["--file-prefix", &c.file_prefix]);
+        let mut p = Proc::spawn(
+            "if-manager",
+            cmd,
+            "if-manager: ready",
+            &self.runtime_dir.join("logs/if-manager.log"),
+        )?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !p.is_ready() {
+            if p.poll_exit().is_some() || Instant::now() > deadline {
+                anyhow::bail!("the if-manager did not start:\n{}", p.tail());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("orchestrator: if-manager ready (pid {})", p.pid());
+        self.ifm = Some(p);
+        self.save_state();
+        Ok(())
+    }
+
+    fn spawn_if(&mut self, if_id: u16, spec: &Spec, standby: bool) -> Result<IfProc, String> {
+        let lcore = self.next_lcore;
+        // EAL lcore ids are < 128; the if-manager has the low ones.
+        self.next_lcore = if self.next_lcore >= 127 {
+            8
+        } else {
+            self.next_lcore + 1
+        };
+        let rt = &self.runtime_dir;
+        let listen = format!(
+            "ipc://{}",
+            rt.join(format!("if-{if_id}-{lcore}.sock")).display()
+        );
+        let telemetry = format!(
+            "ipc://{}",
+            rt.join(format!("tm-{if_id}-{lcore}.sock")).display()
+        );
+        let config = self
+            .cfg
+            .platform
+            .models
+            .join(&spec.model)
+            .join("config.toml");
+        let cpu_list = spec
+            .cores
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cmd = Command::new(&spec.binary);
+        cmd.arg("--model")
+            .arg(&config)
+            .args(["--if-id", &if_id.to_string()])
+            .args(["--control", &self.ifm_control])
+            .args(["--listen", &listen])
+            .args(["--telemetry", &telemetry])
+            .args(["--slo-ms", &spec.slo_ms.to_string()])
+            .args(["--threads", &spec.cores.len().max(1).to_string()])
+            .args(["--cores", &cpu_list])
+            .args(["--capacity", &self.cfg.platform.capacity.to_string()])
+            .args([
+                "--reassembly-timeout-ms",
+                &self.cfg.platform.reassembly_timeout_ms.to_string(),
+            ]);
+        if standby {
+            cmd.arg("--standby");
+        }
+        cmd.arg("--")
+            .args(["--proc-type", "secondary"])
+            .args(["--file-prefix", &self.cfg.if_manager.file_prefix])
+            .args(["--lcores", &format!("{lcore}@({cpu_list})")])
+            .args(["--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"]);
+        if self.gpu {
+            cmd.env(
+                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                format!("{}", spec.share_pct.round().clamp(1.0, 100.0)),
+            );
+        }
+        let role = if standby { "shadow" } else { "active" };
+        let name = format!("kp-if {if_id} #{lcore} ({role}, {:.0}%)", spec.share_pct);
+        let log = rt.join(format!("logs/if-{if_id}-{lcore}.log"));
+        let ready = if standby {
+            "kp-if: standby"
+        } else {
+            "kp-if: ready"
+        };
+        let proc = Proc::spawn(name, cmd, ready, &log)
+            .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
+        let _ = self.telemetry.connect(&telemetry);
+        let p = IfProc {
+            proc,
+            listen,
+            telemetry,
+            spec: spec.clone(),
+        };
+        self.save_state();
+        Ok(p)
+    }
+
+    /// The spec an IF should run with now: its desired model, binary and
+    /// SLO, its share, and cores for it given every IF's share.
+    fn spec_for(&self, d: &DesiredIf) -> Spec {
+        let mut shares: Vec<crate::alloc::Share> = self
+            .state
+            .ifs()
+            .map(|i| crate::alloc::Share {
+                if_id: i.if_id,
+                pct: i.share_pct,
+                basis: crate::alloc::Basis::Demand,
+            })
+            .collect();
+        if !shares.iter().any(|s| s.if_id == d.if_id) {
+            shares.push(crate::alloc::Share {
+                if_id: d.if_id,
+                pct: d.share_pct,
+                basis: crate::alloc::Basis::Demand,
+            });
+        }
+        let cores = match split_cores(&self.cores, &shares) {
+            Ok(sets) => sets
+                .into_iter()
+                .find(|s| s.if_id == d.if_id)
+                .map(|s| s.cores)
+                .unwrap_or_else(|| self.cores.clone()),
+            // More IFs than cores: they share all of them.
+            Err(_) => self.cores.clone(),
+        };
+        Spec {
+            model: d.model.clone(),
+            binary: d.binary.clone(),
+            slo_ms: d.slo_ms,
+            share_pct: d.share_pct,
+            cores,
+        }
+    }
+
+    /// Reaps exited processes and replaces them.
+    fn reap(&mut self) {
+        if let Some(ifm) = self.ifm.as_mut() {
+            if let Some(status) = ifm.poll_exit() {
+                if !self.state.is_shutting_down() {
+                    eprintln!(
+                        "orchestrator: the if-manager died ({status}); restarting the platform"
+                    );
+                    self.restart_platform();
+                }
+                return;
+            }
+        }
+        let ids: Vec<u16> = self.ifs.keys().copied().collect();
+        for id in ids {
+            let shutting = self.state.is_shutting_down() || self.retiring.contains(&id);
+            let rt = self.ifs.get_mut(&id).expect("listed");
+            // A dead shadow: start another (below, in `progress`).
+            if let Some(s) = rt.shadow.as_mut() {
+                if let Some(status) = s.proc.poll_exit() {
+                    if !shutting {
+                        eprintln!(
+                            "orchestrator: {} exited ({status}):\n{}",
+                            s.proc.name(),
+                            s.proc.tail()
+                        );
+                    }
+                    rt.shadow = None;
+                }
+            }
+            if let Some(sw) = rt.switch.as_mut() {
+                if let Some(status) = sw.pending.proc.poll_exit() {
+                    rt.reason = Some(format!(
+                        "re-provision ({}) failed: {} exited ({status}): {}",
+                        sw.why,
+                        sw.pending.proc.name(),
+                        sw.pending.proc.tail()
+                    ));
+                    eprintln!("orchestrator: {}", rt.reason.as_deref().unwrap_or(""));
+                    rt.switch = None;
+                    self.state.clear_busy(id);
+                }
+            }
+            let rt = self.ifs.get_mut(&id).expect("listed");
+            let Some(a) = rt.active.as_mut() else {
+                continue;
+            };
+            let Some(status) = a.proc.poll_exit() else {
+                continue;
+            };
+            if shutting {
+                let a = rt.active.take().expect("checked");
+                self.leaving.push((id, a));
+                continue;
+            }
+            eprintln!(
+                "orchestrator: the active {} died ({status}); failing over",
+                a.proc.name()
+            );
+            let dead = rt.active.take().expect("checked");
+            self.leaving.push((id, dead));
+            self.fail_over(id);
+        }
+    }
+
+    /// Makes the shadow of `if_id` active after its active died, or starts
+    /// a new active if there is no ready shadow.
+    fn fail_over(&mut self, id: u16) {
+        let rt = self.ifs.get_mut(&id).expect("exists");
+        rt.failovers += 1;
+        if let Some(s) = rt.shadow.take() {
+            if s.proc.is_ready() {
+                match request(&s.listen, &json!({"cmd": "activate"}), IF_TIMEOUT) {
+                    Ok(_) => {
+                        eprintln!("orchestrator: {} took over", s.proc.name());
+                        rt.active = Some(s);
+                        rt.reason = None;
+                        return; // a new shadow is started by `progress`
+                    }
+                    Err(e) => eprintln!("orchestrator: activating {}: {e}", s.proc.name()),
+                }
+            }
+            self.leaving.push((id, s));
+        }
+        // No ready shadow: start a new active (it takes the ring from the
+        // dead owner and answers what it held).
+        let Some(d) = self.state.get(id).cloned() else {
+            return;
+        };
+        let spec = self.spec_for(&d);
+        match self.spawn_if(id, &spec, false) {
+            Ok(p) => {
+                let rt = self.ifs.get_mut(&id).expect("exists");
+                rt.active = Some(p);
+                self.state.set_busy(id, "starting");
+            }
+            Err(e) => self.ifs.get_mut(&id).expect("exists").reason = Some(e),
+        }
+    }
+
+    /// Moves `if_id` along: a started active becomes ready, a missing
+    /// shadow is started, a pending re-provision is carried out.
+    fn progress(&mut self, id: u16) {
+        if self.state.is_shutting_down() || self.retiring.contains(&id) {
+            return;
+        }
+        let busy = self.state.busy(id).map(str::to_string);
+        let rt = self.ifs.get_mut(&id).expect("listed");
+        let active_ready = rt.active.as_ref().is_some_and(|a| a.proc.is_ready());
+        if busy.as_deref() == Some("starting") {
+            if active_ready {
+                eprintln!(
+                    "orchestrator: {} serving",
+                    rt.active.as_ref().map_or("", |a| a.proc.name())
+                );
+                self.state.clear_busy(id);
+            } else if let Some(a) = rt.active.as_ref() {
+                if a.proc.age() > START_TIMEOUT {
+                    rt.reason = Some(format!(
+                        "{} did not start: {}",
+                        a.proc.name(),
+                        a.proc.tail()
+                    ));
+                }
+                return;
+            }
+        }
+        let rt = self.ifs.get_mut(&id).expect("listed");
+        if let Some(sw) = rt.switch.as_ref() {
+            // Parked and ready: switch (to nobody's active if it died).
+            if sw.pending.proc.is_ready() && (active_ready || rt.active.is_none()) {
+                self.complete_switch(id);
+            }
+            return;
+        }
+        if rt.shadow.is_none() && active_ready {
+            let Some(a) = rt.active.as_ref() else { return };
+            let spec = a.spec.clone();
+            match self.spawn_if(id, &spec, true) {
+                Ok(s) => self.ifs.get_mut(&id).expect("listed").shadow = Some(s),
+                Err(e) => self.ifs.get_mut(&id).expect("listed").reason = Some(e),
+            }
+        }
+    }
+
+    /// Starts a re-provision of `if_id` to `spec`.
+    fn begin_switch(&mut self, id: u16, spec: Spec, why: String) -> Result<(), String> {
+        let pending = self.spawn_if(id, &spec, true)?;
+        eprintln!(
+            "orchestrator: re-provisioning if {id} ({why}): starting {}",
+            pending.proc.name()
+        );
+        let rt = self.ifs.get_mut(&id).ok_or("no such IF")?;
+        rt.switch = Some(Switch { pending, why });
+        self.state.set_busy(id, "switching");
+        Ok(())
+    }
+
+    /// The pending shadow is parked: activate it, make the active yield,
+    /// record the gap, retire the old pair and start a new shadow.
+    fn complete_switch(&mut self, id: u16) {
+        let rt = self.ifs.get_mut(&id).expect("listed");
+        let Some(sw) = rt.switch.take() else { return };
+        let new = sw.pending;
+        let result = (|| -> Result<u64, String> {
+            request(&new.listen, &json!({"cmd": "activate"}), IF_TIMEOUT)?;
+            if let Some(a) = rt.active.as_ref() {
+                let r = request(&a.listen, &json!({"cmd": "yield"}), IF_TIMEOUT)?;
+                if r["mode"] != "draining" && r["mode"] != "done" {
+                    return Err(format!("{} did not yield: {r}", a.proc.name()));
+                }
+            }
+            let deadline = Instant::now() + IF_TIMEOUT;
+            loop {
+                let s = request(&new.listen, &json!({"cmd": "status"}), IF_TIMEOUT)?;
+                if s["mode"] == "active" {
+                    return Ok(s["last_gap_ns"].as_u64().unwrap_or(0));
+                }
+                if Instant::now() > deadline {
+                    return Err(format!("{} never became active: {s}", new.proc.name()));
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        })();
+        match result {
+            Ok(gap_ns) => {
+                eprintln!(
+                    "orchestrator: if {id} switched to {} ({}); gap {:.1} µs",
+                    new.proc.name(),
+                    sw.why,
+                    gap_ns as f64 / 1e3
+                );
+                rt.gaps_ns.push(gap_ns);
+                rt.reason = None;
+                let old_active = rt.active.replace(new);
+                let old_shadow = rt.shadow.take();
+                // The old active exits by itself once it has finished what
+                // it holds; the old shadow has the old share: stop it.
+                if let Some(s) = &old_shadow {
+                    s.proc.terminate();
+                }
+                self.leaving
+                    .extend(old_active.into_iter().chain(old_shadow).map(|p| (id, p)));
+            }
+            Err(e) => {
+                rt.reason = Some(format!("re-provision ({}) failed: {e}", sw.why));
+                eprintln!(
+                    "orchestrator: if {id}: {}",
+                    rt.reason.as_deref().unwrap_or("")
+                );
+                new.proc.terminate();
+                self.leaving.push((id, new));
+            }
+        }
+        self.state.clear_busy(id);
+        self.save_state();
+    }
+
+    /// Reaps processes that are leaving; unregisters retired IFs once all
+    /// theirs are gone.
+    fn reap_leaving(&mut self) {
+        let telemetry = &self.telemetry;
+        self.leaving.retain_mut(|(_, p)| {
+            if p.proc.poll_exit().is_some() {
+                let _ = telemetry.disconnect(&p.telemetry);
+                false
+            } else {
+                true
+            }
+        });
+        let gone: Vec<u16> = self
+            .retiring
+            .iter()
+            .copied()
+            .filter(|id| !self.leaving.iter().any(|(i, _)| i == id))
+            .filter(|id| {
+                self.ifs.get(id).is_none_or(|rt| {
+                    rt.active.is_none() && rt.shadow.is_none() && rt.switch.is_none()
+                })
+            })
+            .collect();
+        for id in gone {
+            let _ = request(
+                &self.ifm_control,
+                &json!({"cmd": "unregister", "if_id": id}),
+                IF_TIMEOUT,
+            );
+            self.ifs.remove(&id);
+            self.retiring.retain(|i| *i != id);
+            self.state.clear_busy(id);
+            eprintln!("orchestrator: if {id} retired");
+        }
+    }
+
+    /// The if-manager died: every IF lost its rings. Stop them all, start
+    /// the if-manager again, redeploy the desired state.
+    fn restart_platform(&mut self) {
+        self.platform_restarts += 1;
+        for rt in self.ifs.values_mut() {
+            for p in [
+                rt.active.take(),
+                rt.shadow.take(),
+                rt.switch.take().map(|s| s.pending),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                self.leaving.push((0, p));
+            }
+        }
+        for (_, p) in &mut self.leaving {
+            p.proc.kill();
+        }
+        self.leaving.clear();
+        self.ifm = None;
+        if let Err(e) = self.start_if_manager() {
+            eprintln!("orchestrator: cannot restart the if-manager: {e:#}");
+            return;
+        }
+        let ids: Vec<u16> = self.ifs.keys().copied().collect();
+        for id in ids {
+            let Some(d) = self.state.get(id).cloned() else {
+                continue;
+            };
+            let spec = self.spec_for(&d);
+            match self.spawn_if(id, &spec, false) {
+                Ok(p) => {
+                    self.ifs.get_mut(&id).expect("listed").active = Some(p);
+                    self.state.set_busy(id, "starting");
+                }
+                Err(e) => self.ifs.get_mut(&id).expect("listed").reason = Some(e),
+            }
+        }
+    }
+
+    fn all_ifs_gone(&mut self) -> bool {
+        self.reap_leaving();
+        self.leaving.is_empty()
+            && self
+                .ifs
+                .values_mut()
+                .all(|rt| rt.active.is_none() && rt.shadow.is_none() && rt.switch.is_none())
+    }
+
+    // ---------------------------------------------------------------------
+    // Telemetry and tuning
+
+    fn read_telemetry(&mut self) {
+        while let Ok(bytes) = self.telemetry.recv_bytes(zmq::DONTWAIT) {
+            let Ok(msg) = serde_json::from_slice::<Value>(&bytes) else {
+                continue;
+            };
+            let Some(id) = msg["if_id"].as_u64().map(|i| i as u16) else {
+                continue;
+            };
+            let Some(rt) = self.ifs.get_mut(&id) else {
+                continue;
+            };
+            match msg["kind"].as_str() {
+                Some("telemetry") if msg["mode"] == "active" => rt.metrics = Some(msg),
+                Some("provisioning") => {
+                    if let Ok(r) =
+                        serde_json::from_value::<ProvisioningReport>(msg["report"].clone())
+                    {
+                        rt.report = Some(r);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// GSLICE's loop: each unpinned IF's demand from its telemetry
+    /// (Algorithm 1), then a max-min fair allocation of the device; an IF
+    /// whose share moves by at least the minimum step is re-provisioned.
+    fn tune(&mut self) {
+        let now = self.now_ns();
+        let ids: Vec<u16> = self.ifs.keys().copied().collect();
+        for id in &ids {
+            let Some(d) = self.state.get(*id).cloned() else {
+                continue;
+            };
+            let rt = self.ifs.get_mut(id).expect("listed");
+            if d.pinned || rt.switch.is_some() {
+                continue;
+            }
+            let Some(m) = rt.metrics.as_ref() else {
+                continue;
+            };
+            let t = &m["telemetry"];
+            let obs = Observation {
+                latency_ms: t["latency_us"]["ewma"].as_f64().unwrap_or(0.0) / 1e3,
+                throughput_rps: t["throughput_per_s"].as_f64().unwrap_or(0.0),
+                arrival_rps: t["arrival_rate_per_s"].as_f64().unwrap_or(0.0),
+                slo_ms: d.slo_ms,
+                share_pct: d.share_pct,
+            };
+            let report = rt.report.take();
+            match rt.tuner.observe(now, &obs, report.as_ref()) {
+                Ok(decision) => {
+                    let line = decision.to_json_line();
+                    if decision.changed() {
+                        eprintln!("orchestrator: tuning: {line}");
+                    }
+                    log_line(&mut self.decisions, &line);
+                }
+                Err(e) => eprintln!("orchestrator: tuning if {id}: {e}"),
+            }
+        }
+        let claims: Vec<Claim> = self
+            .state
+            .ifs()
+            .map(|d| {
+                if d.pinned {
+                    Claim::pinned(d.if_id, d.share_pct)
+                } else {
+                    let demand = self
+                        .ifs
+                        .get(&d.if_id)
+                        .map_or(d.share_pct, |rt| rt.tuner.demand_pct());
+                    Claim::elastic(d.if_id, demand)
+                }
+            })
+            .collect();
+        let allocation = match self.allocator.allocate(&claims) {
+            Ok(a) => a,
+            Err(e) => {
+                eprintln!("orchestrator: allocation: {e}");
+                return;
+            }
+        };
+        log_line(
+            &mut self.decisions,
+            &json!({"at_ns": now, "allocation": serde_json::to_value(&allocation).unwrap_or(Value::Null)})
+                .to_string(),
+        );
+        for share in &allocation.shares {
+            let Some(d) = self.state.get(share.if_id).cloned() else {
+                continue;
+            };
+            if d.pinned
+                || self.state.busy(d.if_id).is_some()
+                || (share.pct - d.share_pct).abs() < self.cfg.platform.min_step_pct
+            {
+                continue;
+            }
+            self.state.set_share(d.if_id, share.pct);
+            let Some(d2) = self.state.get(d.if_id).cloned() else {
+                continue;
+            };
+            let spec = self.spec_for(&d2);
+            let why = format!("tuning: share {:.1}% -> {:.1}%", d.share_pct, share.pct);
+            if let Err(e) = self.begin_switch(d.if_id, spec, why) {
+                eprintln!("orchestrator: if {}: {e}", d.if_id);
+                self.state.set_share(d.if_id, d.share_pct);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------
+    // Status, state file, shutdown
+
+    fn status(&self) -> StatusReport {
+        let mut report = StatusReport::from_desired(&self.state);
+        for row in &mut report.ifs {
+            let Some(rt) = self.ifs.get(&row.if_id) else {
+                continue;
+            };
+            overlay(row, rt, self.state.busy(row.if_id));
+        }
+        report
+    }
+
+    fn save_state(&self) {
+        let mut pids: Vec<u32> = self.ifm.iter().map(Proc::pid).collect();
+        for rt in self.ifs.values() {
+            for p in [&rt.active, &rt.shadow].into_iter().flatten() {
+                pids.push(p.proc.pid());
+            }
+            if let Some(sw) = &rt.switch {
+                pids.push(sw.pending.proc.pid());
+            }
+        }
+        pids.extend(self.leaving.iter().map(|(_, p)| p.proc.pid()));
+        let state = json!({ "orchestrator": std::process::id(), "pids": pids });
+        let _ = std::fs::write(self.runtime_dir.join("state.json"), state.to_string());
+    }
+
+    fn finish(mut self) -> Value {
+        let ifm_report = self.ifm.take().and_then(|mut p| {
+            p.terminate();
+            p.wait_or_kill(Duration::from_secs(10));
+            p.report()
+        });
+        let _ = std::fs::remove_file(self.runtime_dir.join("state.json"));
+        let ifs: Vec<Value> = self
+            .ifs
+            .iter()
+            .map(|(id, rt)| {
+                json!({
+                    "if_id": id,
+                    "switchovers": rt.gaps_ns.len(),
+                    "switchover_gaps_us": rt.gaps_ns.iter().map(|g| *g as f64 / 1e3).collect::<Vec<_>>(),
+                    "failovers": rt.failovers,
+                })
+            })
+            .collect();
+        json!({
+            "ifs": ifs,
+            "platform_restarts": self.platform_restarts,
+            "if_manager": ifm_report,
+        })
+    }
+}
+
+impl Handler for Daemon {
+    fn handle(&mut self, req: Request) -> Reply {
+        let change = match self.state.plan(&req, &self.models) {
+            Ok(change) => change,
+            Err(e) => return e.into(),
+        };
+        match &change {
+            Change::Status => return Reply::status(&self.status()),
+            Change::Deploy { new } => {
+                let spec = self.spec_for(new);
+                let active = match self.spawn_if(new.if_id, &spec, false) {
+                    Ok(p) => p,
+                    Err(e) => return ControlError::Failed(e).into(),
+                };
+                let tuner = match ShareTuner::new(new.if_id, new.share_pct, self.tuning) {
+                    Ok(t) => t,
+                    Err(e) => return ControlError::Failed(e.to_string()).into(),
+                };
+                self.ifs.insert(
+                    new.if_id,
+                    IfRuntime {
+                        active: Some(active),
+                        shadow: None,
+                        switch: None,
+                        tuner,
+                        metrics: None,
+                        report: None,
+                        gaps_ns: Vec::new(),
+                        failovers: 0,
+                        reason: None,
+                    },
+                );
+                let reply = change.reply();
+                let id = new.if_id;
+                self.state.apply(change);
+                self.state.set_busy(id, "starting");
+                return reply;
+            }
+            Change::Update { old, new } => {
+                if old.share_pct != new.share_pct || old.slo_ms != new.slo_ms {
+                    let why = if old.slo_ms != new.slo_ms {
+                        format!("slo {} -> {} ms", old.slo_ms, new.slo_ms)
+                    } else {
+                        format!("share {:.1}% -> {:.1}%", old.share_pct, new.share_pct)
+                    };
+                    let spec = self.spec_for(new);
+                    if let Err(e) = self.begin_switch(new.if_id, spec, why) {
+                        return ControlError::Failed(e).into();
+                    }
+                }
+                if !new.pinned {
+                    let now = self.now_ns();
+                    if let Some(rt) = self.ifs.get_mut(&new.if_id) {
+                        rt.tuner.set_demand(new.share_pct, now);
+                    }
+                }
+            }
+            Change::Retire { old } => {
+                let id = old.if_id;
+                if let Some(rt) = self.ifs.get_mut(&id) {
+                    for p in [
+                        rt.active.take(),
+                        rt.shadow.take(),
+                        rt.switch.take().map(|s| s.pending),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        p.proc.terminate();
+                        self.leaving.push((id, p));
+                    }
+                }
+                self.retiring.push(id);
+                let reply = change.reply();
+                self.state.apply(change);
+                self.state.set_busy(id, "retiring");
+                return reply;
+            }
+            Change::Shutdown => {
+                eprintln!("orchestrator: shutting down");
+                for (id, rt) in self.ifs.iter_mut() {
+                    for p in [
+                        rt.active.take(),
+                        rt.shadow.take(),
+                        rt.switch.take().map(|s| s.pending),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        p.proc.terminate();
+                        self.leaving.push((*id, p));
+                    }
+                }
+            }
+        }
+        let reply = change.reply();
+        self.state.apply(change);
+        self.save_state();
+        reply
+    }
+}
+
+/// Fills `row` with what the daemon measured and knows of `rt`.
+fn overlay(row: &mut StatusRow, rt: &IfRuntime, busy: Option<&str>) {
+    row.state = match busy {
+        Some("starting") => IfState::Starting,
+        Some("switching") => IfState::Switching,
+        Some("retiring") => IfState::Retiring,
+        _ if rt.active.is_none() => IfState::Failed,
+        _ => IfState::Active,
+    };
+    row.pid = rt.active.as_ref().map(|a| a.proc.pid());
+    row.switchovers = rt.gaps_ns.len() as u64;
+    row.last_switchover_gap_us = rt.gaps_ns.last().map(|g| g / 1000);
+    row.reason = rt.reason.clone();
+    if let Some(m) = &rt.metrics {
+        let t = &m["telemetry"];
+        row.throughput_rps = t["throughput_per_s"].as_f64();
+        row.arrival_rps = t["arrival_rate_per_s"].as_f64();
+        row.p50_ms = t["latency_us"]["p50"].as_f64().map(|v| v / 1e3);
+        row.p99_ms = t["latency_us"]["p99"].as_f64().map(|v| v / 1e3);
+        row.slo_attainment = t["slo_attainment"].as_f64();
+        row.batch_size = m["batching"]["target_batch"].as_u64().map(|b| b as u32);
+    }
+}
+
+/// Creates `dir` (and parents) readable by the owner only.
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// A previous orchestrator that died left its processes running: stop
+/// them (they hold the platform's shared memory), so this one starts clean.
+fn clean_up_previous(runtime_dir: &Path) {
+    let path = runtime_dir.join("state.json");
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        return;
+    };
+    let Ok(state) = serde_json::from_str::<Value>(&text) else {
+        return;
+    };
+    let owner = state["orchestrator"].as_u64().unwrap_or(0) as u32;
+    if dpdk::affinity::process_alive(owner) && owner != std::process::id() {
+        eprintln!(
+            "orchestrator: another orchestrator (pid {owner}) runs on {}",
+            runtime_dir.display()
+        );
+        return;
+    }
+    let pids: Vec<u32> = state["pids"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p.as_u64())
+                .map(|p| p as u32)
+                .collect()
+        })
+        .unwrap_or_default();
+    let alive: Vec<u32> = pids
+        .into_iter()
+        .filter(|p| dpdk::affinity::process_alive(*p))
+        .collect();
+    if !alive.is_empty() {
+        eprintln!(
+            "orchestrator: cleaning up {} processes a previous orchestrator left: {alive:?}",
+            alive.len()
+        );
+        for p in &alive {
+            crate::process::signal(*p, "TERM");
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive.iter().any(|p| dpdk::affinity::process_alive(*p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for p in alive.iter().filter(|p| dpdk::affinity::process_alive(**p)) {
+            crate::process::signal(*p, "KILL");
+        }
+    }
+    let _ = std::fs::remove_file(path);
+}
+
+/// Whether an NVIDIA GPU is visible (its device nodes exist).
+fn gpu_present() -> bool {
+    Path::new("/dev/nvidiactl").exists() && Path::new("/dev/nvidia0").exists()
+}
+
+/// Starts the CUDA MPS control daemon if it is installed and not running.
+fn start_mps_daemon() {
+    let running = Command::new("pgrep")
+        .arg("nvidia-cuda-mps")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if running {
+        return;
+    }
+    match Command::new("nvidia-cuda-mps-control").arg("-d").status() {
+        Ok(s) if s.success() => eprintln!("orchestrator: started the CUDA MPS control daemon"),
+        Ok(s) => eprintln!("orchestrator: nvidia-cuda-mps-control -d failed ({s}); shares are not enforced"),
+        Err(_) => eprintln!(
+            "orchestrator: a GPU is present but MPS is not installed: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is set but not enforced"
+        ),
+    }
+}
