@@ -27,4 +27,5 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod process;
+pub mod topology;
 pub mod tuning;
