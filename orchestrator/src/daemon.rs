@@ -26,7 +26,9 @@
 //! # Resource shares
 //!
 //! On a CPU host a share is a set of cores (disjoint runs of the configured
-//! cores, [`crate::alloc::split_cores`]) and as many engine threads. On a
+//! cores — by default every core hwloc says this process may use, those
+//! NUMA-local to the NIC first ([`crate::topology`]) —
+//! [`crate::alloc::split_cores`]) and as many engine threads. On a
 //! GPU host (an NVIDIA device node exists) the IF also gets
 //! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and the MPS control daemon is started
 //! if installed; without a GPU the daemon says so once and uses cores.
@@ -47,6 +49,7 @@ use crate::control::{
     StatusReport, StatusRow,
 };
 use crate::process::{log_line, request, Proc};
+use crate::topology::{NicHint, Topology};
 use crate::tuning::{Observation, ShareTuner, TuningConfig};
 
 /// How long an IF's control socket may take to answer.
@@ -118,6 +121,10 @@ pub struct Daemon {
     clock: Instant,
     last_tuning: Instant,
     platform_restarts: u64,
+    /// Since when the if-manager is being restarted.
+    ifm_restarting: Option<Instant>,
+    /// The machine as hwloc sees it, for status.
+    topology: Value,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -144,10 +151,19 @@ impl Daemon {
                 cfg.platform.models.display()
             )
         })?;
-        let cores = match &cfg.platform.cores {
-            Some(list) => dpdk::affinity::parse_cpu_list(list).map_err(anyhow::Error::msg)?,
-            None => dpdk::affinity::current_thread_cpus()?,
+        // Cores NIC-local first (hwloc), unless the config names them.
+        let nic = nic_hint(&cfg.if_manager.eal);
+        let topology = match &cfg.platform.cores {
+            Some(list) => Topology::from_cpus(
+                dpdk::affinity::parse_cpu_list(list).map_err(anyhow::Error::msg)?,
+            ),
+            None => Topology::discover().unwrap_or_else(|e| {
+                eprintln!("orchestrator: hwloc: {e}; using the cores this process may run on");
+                Topology::fallback()
+            }),
         };
+        let cores = topology.cores_near_nic(&nic);
+        let topology_summary = topology.summary(&nic);
         let gpu = gpu_present();
         if gpu {
             start_mps_daemon();
@@ -186,6 +202,8 @@ impl Daemon {
             clock: Instant::now(),
             last_tuning: Instant::now(),
             platform_restarts: 0,
+            ifm_restarting: None,
+            topology: topology_summary,
             cfg,
         };
         d.decisions = std::fs::OpenOptions::new()
@@ -298,7 +316,24 @@ impl Daemon {
     // ---------------------------------------------------------------------
     // Processes
 
+    /// Starts the if-manager and waits until it serves (at start-up, before
+    /// the control socket is served).
     fn start_if_manager(&mut self) -> anyhow::Result<()> {
+        let mut p = self.spawn_if_manager()?;
+        let deadline = Instant::now() + START_TIMEOUT;
+        while !p.is_ready() {
+            if p.poll_exit().is_some() || Instant::now() > deadline {
+                anyhow::bail!("the if-manager did not start:\n{}", p.tail());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        eprintln!("orchestrator: if-manager ready (pid {})", p.pid());
+        self.ifm = Some(p);
+        self.save_state();
+        Ok(())
+    }
+
+    fn spawn_if_manager(&mut self) -> anyhow::Result<Proc> {
         let c = &self.cfg.if_manager;
         let exe = self.cfg.platform.bin_dir.join("if-manager");
         let mut cmd = match c.wrap.split_first() {
@@ -316,23 +351,12 @@ impl Daemon {
             .arg("--")
             .args(&c.eal)
             .args(["--file-prefix", &c.file_prefix]);
-        let mut p = Proc::spawn(
+        Ok(Proc::spawn(
             "if-manager",
             cmd,
             "if-manager: ready",
             &self.runtime_dir.join("logs/if-manager.log"),
-        )?;
-        let deadline = Instant::now() + START_TIMEOUT;
-        while !p.is_ready() {
-            if p.poll_exit().is_some() || Instant::now() > deadline {
-                anyhow::bail!("the if-manager did not start:\n{}", p.tail());
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        eprintln!("orchestrator: if-manager ready (pid {})", p.pid());
-        self.ifm = Some(p);
-        self.save_state();
-        Ok(())
+        )?)
     }
 
     fn spawn_if(&mut self, if_id: u16, spec: &Spec, standby: bool) -> Result<IfProc, String> {
@@ -453,6 +477,10 @@ impl Daemon {
 
     /// Reaps exited processes and replaces them.
     fn reap(&mut self) {
+        if self.ifm_restarting.is_some() {
+            self.progress_restart();
+            return;
+        }
         if let Some(ifm) = self.ifm.as_mut() {
             if let Some(status) = ifm.poll_exit() {
                 if !self.state.is_shutting_down() {
@@ -709,8 +737,10 @@ impl Daemon {
     /// the if-manager again, redeploy the desired state.
     fn restart_platform(&mut self) {
         self.platform_restarts += 1;
-        for rt in self.ifs.values_mut() {
-            for p in [
+        let ids: Vec<u16> = self.ifs.keys().copied().collect();
+        for id in ids {
+            let rt = self.ifs.get_mut(&id).expect("listed");
+            for mut p in [
                 rt.active.take(),
                 rt.shadow.take(),
                 rt.switch.take().map(|s| s.pending),
@@ -718,18 +748,51 @@ impl Daemon {
             .into_iter()
             .flatten()
             {
-                self.leaving.push((0, p));
+                p.proc.kill();
+                self.leaving.push((id, p));
             }
+            self.state.set_busy(id, "starting");
         }
-        for (_, p) in &mut self.leaving {
-            p.proc.kill();
-        }
-        self.leaving.clear();
         self.ifm = None;
-        if let Err(e) = self.start_if_manager() {
-            eprintln!("orchestrator: cannot restart the if-manager: {e:#}");
+        self.respawn_if_manager();
+    }
+
+    /// Starts the if-manager again (without waiting: [`Self::step`] sees it
+    /// ready, then starts the IFs).
+    fn respawn_if_manager(&mut self) {
+        self.ifm_restarting = Some(Instant::now());
+        match self.spawn_if_manager() {
+            Ok(p) => {
+                eprintln!("orchestrator: restarting the if-manager (pid {})", p.pid());
+                self.ifm = Some(p);
+            }
+            Err(e) => eprintln!("orchestrator: cannot restart the if-manager: {e:#}"),
+        }
+        self.save_state();
+    }
+
+    /// A restarting if-manager that is ready gets its IFs back; one that
+    /// died again is retried a second later.
+    fn progress_restart(&mut self) {
+        let Some(since) = self.ifm_restarting else {
+            return;
+        };
+        let ready = self.ifm.as_ref().is_some_and(Proc::is_ready);
+        let dead = self.ifm.as_mut().is_none_or(|p| p.poll_exit().is_some());
+        if dead {
+            if since.elapsed() > Duration::from_secs(1) {
+                if let Some(p) = &self.ifm {
+                    eprintln!("orchestrator: the if-manager did not start:\n{}", p.tail());
+                }
+                self.respawn_if_manager();
+            }
             return;
         }
+        if !ready {
+            return;
+        }
+        self.ifm_restarting = None;
+        eprintln!("orchestrator: if-manager ready again; redeploying");
         let ids: Vec<u16> = self.ifs.keys().copied().collect();
         for id in ids {
             let Some(d) = self.state.get(id).cloned() else {
@@ -737,10 +800,7 @@ impl Daemon {
             };
             let spec = self.spec_for(&d);
             match self.spawn_if(id, &spec, false) {
-                Ok(p) => {
-                    self.ifs.get_mut(&id).expect("listed").active = Some(p);
-                    self.state.set_busy(id, "starting");
-                }
+                Ok(p) => self.ifs.get_mut(&id).expect("listed").active = Some(p),
                 Err(e) => self.ifs.get_mut(&id).expect("listed").reason = Some(e),
             }
         }
@@ -875,6 +935,14 @@ impl Daemon {
 
     fn status(&self) -> StatusReport {
         let mut report = StatusReport::from_desired(&self.state);
+        report.platform = Some(json!({
+            "if_manager_pid": self.ifm.as_ref().map(Proc::pid),
+            "platform_restarts": self.platform_restarts,
+            "device": if self.gpu { "gpu" } else { "cpu" },
+            "cores": self.cores,
+            "tuning": self.cfg.platform.tuning,
+            "topology": self.topology,
+        }));
         for row in &mut report.ifs {
             let Some(rt) = self.ifs.get(&row.if_id) else {
                 continue;
@@ -1109,6 +1177,32 @@ fn clean_up_previous(runtime_dir: &Path) {
     let _ = std::fs::remove_file(path);
 }
 
+/// The NIC the if-manager's EAL arguments name: an allowed PCI device
+/// (`-a`, `--allow`), or a virtual device's interface (`iface=` of
+/// af_packet), or the virtual device itself.
+fn nic_hint(eal: &[String]) -> NicHint {
+    let mut args = eal.iter();
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "-a" | "--allow" | "-w" => {
+                if let Some(v) = args.next() {
+                    return NicHint::parse(v.split(',').next().unwrap_or(v));
+                }
+            }
+            "--vdev" => {
+                if let Some(v) = args.next() {
+                    if let Some(iface) = v.split(',').find_map(|kv| kv.strip_prefix("iface=")) {
+                        return NicHint::Interface(iface.to_string());
+                    }
+                    return NicHint::parse(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    NicHint::Unknown
+}
+
 /// Whether an NVIDIA GPU is visible (its device nodes exist).
 fn gpu_present() -> bool {
     Path::new("/dev/nvidiactl").exists() && Path::new("/dev/nvidia0").exists()
@@ -1130,5 +1224,31 @@ fn start_mps_daemon() {
         Err(_) => eprintln!(
             "orchestrator: a GPU is present but MPS is not installed: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is set but not enforced"
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_nic_is_read_from_the_eal_arguments() {
+        assert_eq!(
+            nic_hint(&args("--lcores 0@0 -a 0000:3b:00.0,txq_inline=0")),
+            NicHint::Pci("0000:3b:00.0".into())
+        );
+        assert_eq!(
+            nic_hint(&args("--vdev net_af_packet0,iface=veth1 --no-pci")),
+            NicHint::Interface("veth1".into())
+        );
+        assert_eq!(
+            nic_hint(&args("--vdev net_pcap0,rx_pcap=a.pcap")),
+            NicHint::Virtual("net_pcap0".into())
+        );
+        assert_eq!(nic_hint(&args("--lcores 0@0")), NicHint::Unknown);
     }
 }

@@ -564,6 +564,10 @@ pub struct StatusReport {
     pub shutting_down: bool,
     /// Every IF, by id.
     pub ifs: Vec<StatusRow>,
+    /// The platform as a whole (the if-manager's pid, restarts, the
+    /// device), when the daemon knows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub platform: Option<Value>,
 }
 
 impl StatusReport {
@@ -571,6 +575,7 @@ impl StatusReport {
     /// (`starting`). A base the daemon overlays with what it observes.
     pub fn from_desired(state: &DesiredState) -> StatusReport {
         StatusReport {
+            platform: None,
             shutting_down: state.is_shutting_down(),
             ifs: state
                 .ifs()

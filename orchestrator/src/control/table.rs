@@ -141,6 +141,7 @@ mod tests {
         failed.throughput_rps = None;
         failed.reason = Some("exited with status 1".into());
         let report = StatusReport {
+            platform: None,
             shutting_down: false,
             ifs: vec![row(1, "squeezenet"), failed],
         };
@@ -163,6 +164,7 @@ mod tests {
     #[test]
     fn empty_and_shutting_down() {
         let report = StatusReport {
+            platform: None,
             shutting_down: true,
             ifs: vec![],
         };
