@@ -113,15 +113,64 @@ file_prefix = "{prefix}"
     Ok(())
 }
 
-fn start_orchestrator(config: &std::path::Path, runtime: &std::path::Path) -> Result<Child> {
-    Ok(Command::new(bin("orchestrator"))
-        .arg("--config")
-        .arg(config)
-        .arg("--runtime-dir")
-        .arg(runtime)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?)
+/// The orchestrator in a process group of its own, so that whatever it
+/// started (the if-manager, the IFs) is stopped with it if the test fails.
+struct Orchestrator {
+    child: Option<Child>,
+}
+
+impl Orchestrator {
+    fn start(config: &std::path::Path, runtime: &std::path::Path) -> Result<Orchestrator> {
+        use std::os::unix::process::CommandExt;
+        let child = Command::new(bin("orchestrator"))
+            .arg("--config")
+            .arg(config)
+            .arg("--runtime-dir")
+            .arg(runtime)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .spawn()?;
+        Ok(Orchestrator { child: Some(child) })
+    }
+
+    fn child(&mut self) -> &mut Child {
+        self.child.as_mut().expect("running")
+    }
+
+    /// Waits for it to exit (after `shutdown`) and returns its output.
+    fn wait(mut self, timeout: Duration) -> Result<std::process::Output> {
+        let deadline = Instant::now() + timeout;
+        while self.child().try_wait()?.is_none() {
+            if Instant::now() > deadline {
+                bail!("the orchestrator did not exit within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(self.child.take().expect("running").wait_with_output()?)
+    }
+}
+
+impl Drop for Orchestrator {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let group = format!("-{}", child.id());
+        let kill = |sig: &str| {
+            let _ = Command::new("kill")
+                .args([sig, "--", &group])
+                .stderr(Stdio::null())
+                .status();
+        };
+        kill("-TERM");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        kill("-KILL");
+        let _ = child.wait();
+    }
 }
 
 fn all_active(s: &Value, n: usize) -> bool {
@@ -170,7 +219,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
 
-    let mut first = start_orchestrator(&config, &runtime)?;
+    let mut first = Orchestrator::start(&config, &runtime)?;
     let result = (|| -> Result<Vec<u32>> {
         let s = wait_for(&endpoint, "if 1 active", |s| all_active(s, 1))?;
         // The if-manager dies: the platform comes back by itself.
@@ -196,10 +245,11 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
         .collect();
         Ok(left)
     })();
-    let _ = first.kill();
-    let _ = first.wait();
+    // SIGKILL of the orchestrator alone: its processes stay behind.
+    let _ = first.child().kill();
+    let _ = first.child().wait();
     let left = result?;
-    let second = start_orchestrator(&config, &runtime)?;
+    let second = Orchestrator::start(&config, &runtime)?;
     let result = (|| -> Result<()> {
         wait_for(&endpoint, "if 1 active under the new orchestrator", |s| {
             all_active(s, 1)
@@ -215,7 +265,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
         kpctl(&endpoint, &["shutdown"])?;
         Ok(())
     })();
-    let out = second.wait_with_output()?;
+    let out = second.wait(Duration::from_secs(30))?;
     result.with_context(|| {
         format!(
             "orchestrator log:\n{}",
@@ -250,7 +300,7 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
     )?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
-    let mut orch = start_orchestrator(&config, &runtime)?;
+    let orch = Orchestrator::start(&config, &runtime)?;
     let result = (|| -> Result<(Value, Value, Value)> {
         // Both IFs serving, each with a parked shadow.
         wait_for(&endpoint, "both IFs active", |s| {
@@ -292,18 +342,8 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         kpctl(&endpoint, &["shutdown"])?;
         Ok((r1, r5, status))
     })();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let exit = loop {
-        if let Some(s) = orch.try_wait()? {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = orch.kill();
-            bail!("the orchestrator did not exit after shutdown");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = orch.wait_with_output()?;
+    let out = orch.wait(Duration::from_secs(30))?;
+    let exit = out.status;
     let log = String::from_utf8_lossy(&out.stderr).to_string();
     let (r1, r5, status) = result.with_context(|| format!("orchestrator log:\n{log}"))?;
     ensure!(exit.success(), "orchestrator exited with {exit}:\n{log}");
