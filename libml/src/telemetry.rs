@@ -71,6 +71,11 @@ impl Telemetry {
         }
     }
 
+    /// The latency objective SLO attainment is measured against (0: none).
+    pub fn slo_us(&self) -> u64 {
+        self.slo_us
+    }
+
     /// Measures SLO attainment against `slo_us` from now on.
     pub fn with_slo_us(mut self, slo_us: u64) -> Self {
         self.slo_us = slo_us;
@@ -89,7 +94,9 @@ impl Telemetry {
     /// fragment arrived.
     pub fn on_answer(&mut self, status: Status, latency_us: u64, now_ns: u64) {
         self.answers[status as usize] += 1;
-        self.window_answers += 1;
+        // Goodput: a shed (OVERLOADED) or failed request is not served, so
+        // shedding shows as throughput below the arrival rate.
+        self.window_answers += u64::from(status == Status::Ok);
         self.last_answer_ns = self.last_answer_ns.max(now_ns);
         if status == Status::Ok {
             self.within_slo += u64::from(latency_us <= self.slo_us);
@@ -108,6 +115,12 @@ impl Telemetry {
         self.batches += 1;
         self.batched_requests += size as u64;
         self.ewma_exec_us = ewma(self.ewma_exec_us, exec_us as f64, self.batches == 1);
+    }
+
+    /// Closes the rate window if it is over, so a snapshot taken while no
+    /// request arrives or is answered still reads current rates (zero).
+    pub fn tick(&mut self, now_ns: u64) {
+        self.roll(now_ns);
     }
 
     fn roll(&mut self, now_ns: u64) {
@@ -216,5 +229,28 @@ mod tests {
         let p99 = j["latency_us"]["p99"].as_u64().unwrap();
         assert!((9890..=9910).contains(&p99), "p99 {p99}");
         assert_eq!(j["ewma_exec_us"], 1000.0 + EWMA_ALPHA * 2000.0);
+    }
+
+    #[test]
+    fn throughput_is_goodput_and_rates_fall_to_zero_without_traffic() {
+        let mut t = Telemetry::new(0).with_slo_us(1000);
+        // One second: 10 arrivals, 5 served in 500 µs, 5 shed.
+        for i in 0..10u64 {
+            t.on_arrival(i * 100_000_000);
+            let status = if i % 2 == 0 { Status::Ok } else { Status::Overloaded };
+            t.on_answer(status, 500, i * 100_000_000 + 1);
+        }
+        t.tick(1_000_000_001);
+        let j = t.to_json(1_000_000_001);
+        let (arrivals, served) = (
+            j["arrival_rate_per_s"].as_f64().unwrap(),
+            j["throughput_per_s"].as_f64().unwrap(),
+        );
+        assert!((9.9..=10.0).contains(&arrivals), "{j}");
+        assert!((4.9..=5.0).contains(&served), "shed requests are not throughput: {j}");
+        assert_eq!(j["slo_attainment"], 0.5);
+        // Then nothing for two seconds: a snapshot says so.
+        t.tick(3_000_000_002);
+        assert_eq!(t.to_json(3_000_000_002)["throughput_per_s"], 0.0);
     }
 }

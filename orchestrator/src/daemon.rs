@@ -52,8 +52,12 @@ use crate::process::{log_line, request, Proc};
 use crate::topology::{NicHint, Topology};
 use crate::tuning::{Observation, ShareTuner, TuningConfig};
 
-/// How long an IF's control socket may take to answer.
-const IF_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long an IF's control socket may take to answer (a starved machine
+/// can take seconds to schedule a parked process).
+const IF_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long after a switchover an IF's telemetry is not acted on: its new
+/// process's first rate windows are not yet its steady state.
+const WARM_UP: Duration = Duration::from_secs(3);
 /// How long a process may take to say it is ready (model load included).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -95,6 +99,8 @@ struct IfRuntime {
     gaps_ns: Vec<u64>,
     failovers: u64,
     reason: Option<String>,
+    /// No tuning on its telemetry before this (a new process warming up).
+    warm_until: Option<Instant>,
 }
 
 /// The daemon.
@@ -555,6 +561,8 @@ impl Daemon {
                     Ok(_) => {
                         eprintln!("orchestrator: {} took over", s.proc.name());
                         rt.active = Some(s);
+                        rt.metrics = None;
+                        rt.warm_until = Some(Instant::now() + WARM_UP);
                         rt.reason = None;
                         return; // a new shadow is started by `progress`
                     }
@@ -673,6 +681,8 @@ impl Daemon {
                 );
                 rt.gaps_ns.push(gap_ns);
                 rt.reason = None;
+                rt.metrics = None;
+                rt.warm_until = Some(Instant::now() + WARM_UP);
                 let old_active = rt.active.replace(new);
                 let old_shadow = rt.shadow.take();
                 // The old active exits by itself once it has finished what
@@ -854,7 +864,8 @@ impl Daemon {
                 continue;
             };
             let rt = self.ifs.get_mut(id).expect("listed");
-            if d.pinned || rt.switch.is_some() {
+            if d.pinned || rt.switch.is_some() || rt.warm_until.is_some_and(|t| Instant::now() < t)
+            {
                 continue;
             }
             let Some(m) = rt.metrics.as_ref() else {
@@ -1024,6 +1035,7 @@ impl Handler for Daemon {
                         gaps_ns: Vec::new(),
                         failovers: 0,
                         reason: None,
+                        warm_until: Some(Instant::now() + WARM_UP),
                     },
                 );
                 let reply = change.reply();

@@ -115,6 +115,9 @@ fn parse_cores(s: &str) -> Result<Cores, String> {
     dpdk::affinity::parse_cpu_list(s).map(Cores)
 }
 
+/// The shortest time an IF remembers the requests it answered.
+const ANSWERED_TTL_FLOOR: Duration = Duration::from_secs(2);
+
 /// Fragments a hand-back ring holds: a switchover hands back at most the
 /// fragments of `capacity` requests, which arrive no faster than a ring's
 /// worth between two polls.
@@ -334,7 +337,12 @@ fn attach_and_serve(
     let mut rcfg = ReassemblerConfig::new(model.request_bytes());
     rcfg.capacity = args.capacity;
     rcfg.timeout_ns = args.reassembly_timeout_ms * 1_000_000;
-    rcfg.answered_ttl_ns = rcfg.answered_ttl_ns.max(4 * rcfg.timeout_ns);
+    // Stragglers of an answered request are recognised this long: well past
+    // the reassembly timeout, for clients slowed down by a busy machine.
+    rcfg.answered_ttl_ns = rcfg
+        .answered_ttl_ns
+        .max(4 * rcfg.timeout_ns)
+        .max(ANSWERED_TTL_FLOOR.as_nanos() as u64);
     let mut reassembler = Reassembler::new(rcfg)?;
     let mut bcfg = BatchConfig::new(model.slo.as_nanos() as u64);
     bcfg.max_batch = max_batch;

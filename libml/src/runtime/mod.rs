@@ -196,10 +196,15 @@ pub fn serve(
                         continue;
                     }
                     next += cfg.telemetry_every;
+                    let current = {
+                        let mut t = lock(telemetry);
+                        t.tick(now_ns());
+                        t.to_json(now_ns())
+                    };
                     let snapshot = json!({
                         "kind": "telemetry",
                         "mode": mode.get().name(),
-                        "telemetry": lock(telemetry).to_json(now_ns()),
+                        "telemetry": current,
                         "batching": serde_json::to_value(*latest.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or(Value::Null),
                     });
                     publish(&snapshot);
@@ -451,6 +456,16 @@ fn fragment_loop<'p>(
                             now,
                             &mut counters.send_failed,
                         );
+                    }
+                }
+                // What a parked shadow measured is not this IF's service:
+                // rates and latencies start when it starts serving.
+                {
+                    let mut t = lock(telemetry);
+                    let fresh = Telemetry::new(now).with_slo_us(t.slo_us());
+                    let recovered = std::mem::replace(&mut *t, fresh);
+                    for _ in 0..recovered.answers(Status::Internal) {
+                        t.on_answer(Status::Internal, 0, now);
                     }
                 }
                 succession.mode.transition(Mode::Arming, Mode::Active);
