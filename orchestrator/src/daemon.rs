@@ -235,14 +235,18 @@ impl Daemon {
                     reply.to_json()
                 );
             }
+            d.wait_until_idle(START_TIMEOUT)?;
             if dep.pinned {
+                // Once it serves: a starting IF refuses changes (busy).
                 let pct = d.state.get(dep.if_id).map_or(30.0, |i| i.share_pct);
-                d.handle(Request::Share {
+                let reply = d.handle(Request::Share {
                     if_id: dep.if_id,
                     pct,
                 });
+                if !reply.is_ok() {
+                    anyhow::bail!("pinning if {}: {}", dep.if_id, reply.to_json());
+                }
             }
-            d.wait_until_idle(START_TIMEOUT)?;
         }
         Ok(d)
     }
@@ -933,6 +937,17 @@ impl Daemon {
                 continue;
             };
             let spec = self.spec_for(&d2);
+            // On a CPU host a share is its cores: a new percentage that maps
+            // to the same cores changes nothing a new process would run with.
+            let current = self.ifs.get(&d.if_id).and_then(|rt| rt.active.as_ref());
+            if !self.gpu && current.is_some_and(|a| a.spec.cores == spec.cores) {
+                if let Some(rt) = self.ifs.get_mut(&d.if_id) {
+                    if let Some(a) = rt.active.as_mut() {
+                        a.spec.share_pct = spec.share_pct;
+                    }
+                }
+                continue;
+            }
             let why = format!("tuning: share {:.1}% -> {:.1}%", d.share_pct, share.pct);
             if let Err(e) = self.begin_switch(d.if_id, spec, why) {
                 eprintln!("orchestrator: if {}: {e}", d.if_id);
