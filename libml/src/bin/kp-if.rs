@@ -21,7 +21,7 @@ use clap::Parser;
 use dpdk::{Eal, Mempool, ProcessType, Ring, RingFlags};
 use libml::batching::{BatchConfig, BatchPolicy};
 use libml::engine::{engine_for, EngineConfig};
-use libml::model::{EngineKind, InputFormat, ModelConfig};
+use libml::model::{EngineKind, ModelConfig};
 use libml::names;
 use libml::pool::{InputLayout, InputPool};
 use libml::reassembly::{Reassembler, ReassemblerConfig};
@@ -237,16 +237,7 @@ fn run(args: Args) -> Result<()> {
             EngineKind::OnnxRuntime
         };
     }
-    let [c, h, w] = model.input.shape;
-    let layout = match &model.input.format {
-        InputFormat::RgbU8Hwc { mean, std } => {
-            if c != 3 {
-                bail!("rgb_u8_hwc needs 3 channels, the model has {c}");
-            }
-            InputLayout::rgb_u8_hwc(h, w, *mean, *std)?
-        }
-        InputFormat::F32Nchw => InputLayout::f32_nchw(c, h, w)?,
-    };
+    let layout = InputLayout::for_model(&model)?;
 
     // Pinned before the engine exists: its thread pool inherits the mask.
     if let Some(Cores(cores)) = &args.cores {
@@ -262,12 +253,10 @@ fn run(args: Args) -> Result<()> {
     let info = engine.load_model(&model.model_path)?;
     if info.input_elems() != layout.slot_elems() {
         bail!(
-            "model input {:?} has {} values, the configured input {} x {} x {} has {}",
+            "model input {:?} has {} values, the configured input {:?} has {}",
             info.input_shape,
             info.input_elems(),
-            c,
-            h,
-            w,
+            model.input.shape,
             layout.slot_elems()
         );
     }

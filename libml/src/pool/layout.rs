@@ -94,6 +94,19 @@ pub struct F32Nchw {
 }
 
 impl InputLayout {
+    /// The layout a model's config declares (its input shape and format).
+    pub fn for_model(model: &crate::model::ModelConfig) -> Result<InputLayout, PoolError> {
+        use crate::model::InputFormat;
+        let [c, h, w] = model.input.shape;
+        match &model.input.format {
+            InputFormat::RgbU8Hwc { mean, std } if c == 3 => {
+                InputLayout::rgb_u8_hwc(h, w, *mean, *std)
+            }
+            InputFormat::RgbU8Hwc { .. } => Err(PoolError::NotRgb(c)),
+            InputFormat::F32Nchw => InputLayout::f32_nchw(c, h, w),
+        }
+    }
+
     /// An `h×w` RGB `u8` HWC image, normalised per channel with `mean` and
     /// `std` (e.g. [`IMAGENET_MEAN`], [`IMAGENET_STD`]).
     ///

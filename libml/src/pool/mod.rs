@@ -69,6 +69,9 @@ pub enum PoolError {
         /// The channel (0 = R, 1 = G, 2 = B).
         channel: usize,
     },
+    /// An `rgb_u8_hwc` model whose input does not have 3 channels.
+    #[error("rgb_u8_hwc needs 3 channels, the model has {0}")]
+    NotRgb(usize),
     /// `capacity` or `slot_elems` is 0.
     #[error("input pool with no slots or empty slots")]
     EmptyPool,
