@@ -1,4 +1,5 @@
-# kneepoint — the two commands a new user needs are `make demo` and `make test`.
+# kneepoint — the two commands a new user needs are `make demo` and `make test`
+# (`make demo-offline`: the exact-counter demo on a pcap, without the network).
 # Both run scripts/setup.sh first when the machine is missing something
 # (apt packages, hugepages, the Python venv); it needs root.
 
@@ -7,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build models test test-models demo bench fuzz lint fmt clean
+.PHONY: all setup build models test test-models demo demo-offline bench fuzz lint fmt clean
 
 all: build
 
@@ -35,11 +36,29 @@ test: build models test-models
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
 
+# The whole platform, live, in under two minutes: the orchestrator starts the
+# if-manager and two IFs (squeezenet if 1, shufflenet if 5) on a veth pair
+# between two network namespaces; tcpreplay sends image requests from the
+# client namespace for ~36 s while tcpdump captures the answers; halfway
+# `kpctl slo` changes if 1's SLO live; at the end the `kpctl status` table,
+# the switchover gaps, and a check that every request got exactly one answer.
+# Watch it from another terminal with the `kpctl ... watch` line it prints.
+# Needs root; cleans up its namespaces, processes and DPDK files on exit.
 demo: build
+	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,shufflenet
 	scripts/demo.sh
 
-bench: build
+# The offline demo: the if-manager replays a generated pcap (faults mixed in)
+# through DPDK's net_pcap into squeezenet and resnet50; every counter is
+# checked against the generator's manifest. No orchestrator, no network.
+demo-offline: build
+	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,resnet50
+	scripts/demo-offline.sh
+
+bench: build models
 	scripts/bench-if-manager.sh
+	scripts/bench-if.sh
+	scripts/bench-orchestrator.sh
 	$(CARGO) bench --locked -p if-manager --bench classify
 
 # Needs nightly and cargo-fuzz (cargo install cargo-fuzz); SECONDS per target.

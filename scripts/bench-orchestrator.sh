@@ -1,0 +1,631 @@
+#!/usr/bin/env bash
+# Benchmark: the orchestrator's shadow switchover gaps under load, and the
+# convergence of its self-tuning loop from a wrong initial share.
+#
+#   scripts/bench-orchestrator.sh                       # both phases
+#   PHASES=switchover SWITCHOVERS=100 scripts/bench-orchestrator.sh
+#   PHASES=convergence HOLD_DOWN=5 scripts/bench-orchestrator.sh
+#
+# The whole platform runs as in tests/orchestrator.rs: a veth pair in two
+# namespaces (scripts/netns.sh), the orchestrator starting the if-manager on
+# it (net_af_packet, lcore 0 on the first CPU of CPUS) and the IFs (kp-if,
+# an active and a parked shadow each, on the cores of their share),
+# kp-client in the client namespace. Everything shares the machine's CPUs.
+#
+# Phase "switchover" (tuning off): if 1 squeezenet and if 5 shufflenet at
+# 50% each; kp-client closed loop on both for the whole phase (if 1's with
+# --frag-gap FRAG_GAP, so requests are half-assembled when if 1 yields and
+# their fragments take the hand-back path; if 5's back to back); then
+# SWITCHOVERS re-provisions of if 1, `kpctl share 1 40` / `kpctl share 1 60`
+# alternately, each one waited for (status: switchovers + 1 and active),
+# SETTLE s apart; then shutdown. Gaps come from the orchestrator's summary
+# (the new active's first dequeue minus the old one's release of the ring,
+# CLOCK_MONOTONIC, as libml's handover measures it). Errors = kp-client
+# answers with a status other than ok + unanswered + duplicates, over the
+# whole phase (kp-client runs in CHUNK s pieces with disjoint request ids;
+# each piece's report is kept). kp-if runs through a wrapper that keeps each
+# process's final report (succession: how the ring was taken, requests handed
+# back, fragments forwarded), which the orchestrator does not keep.
+#
+# Phase "convergence" (tuning on, period TUNING_PERIOD_MS, hold-down
+# HOLD_DOWN s, minimum step MIN_STEP points), one run per scenario of
+# SCENARIOS, each under open-loop Poisson load (kp-client --rate) on both IFs
+# for CONV_DURATION s:
+#  too-large: if 1 squeezenet deployed at 90% with SLO 100 ms under
+#    40 req/s, which one core serves far within that SLO (latency ~1/10 of
+#    it); if 5 shufflenet at 10%, SLO 100 ms, 30 req/s. The loop must
+#    bring if 1 down on its latency.
+#  too-small: if 1 squeezenet at 10% with SLO 5 ms under 120 req/s: one
+#    core cannot meet that SLO (batch-1 inference alone is ~4.5 ms, plus
+#    queueing); if 5 shufflenet at 90%, SLO 100 ms, 30 req/s. The loop must
+#    raise if 1 and take from if 5.
+#  custom: SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5 from the environment (e.g.
+#    SHARE1=10 SLO1=50 RATE1=300 overloads if 1: it sheds most requests).
+# The share and demand trajectory comes from the orchestrator's
+# decisions.jsonl. Converged: no share change for STABLE_K hold-downs (and
+# at least STABLE_K tuning periods) up to the end of the load; the
+# convergence time is from the start of the load to the last share change
+# (decided, and applied = its switchover done).
+# NOTE: on a 2-core host two IFs always get one core each whatever their
+# shares (orchestrator::alloc::split_cores), so here the loop's decisions
+# follow real latency and throughput but its share changes change nothing
+# the IFs run on; docs/PERFORMANCE.md says what this does and does not show.
+#
+# Raw data (configs, orchestrator logs, decisions, status polls, kp-client
+# reports, kp-if reports, CSVs, summary JSON) under
+# target/bench/orchestrator/{switchover,convergence-SCENARIO}/; a markdown
+# summary is printed and written to target/bench/orchestrator/summary.md.
+#
+# Env: PHASES ("switchover convergence"), SWITCHOVERS (100), SETTLE (1 s),
+# FRAG_GAP (20us), CONCURRENCY (2), CHUNK (10 s), SCENARIOS ("too-large
+# too-small"), CONV_DURATION (150 s), TUNING_PERIOD_MS (1000), HOLD_DOWN
+# (10 s, the config's default), MIN_STEP (5), STABLE_K (4); for the custom
+# scenario SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5; CPUS (0-1: the CPUs of the
+# whole benchmark, IFs, if-manager (on the first), orchestrator, clients;
+# with one CPU both IFs share it); PROFILE (release).
+# Needs root, iproute2, jq, hugepages and `make build models`.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin="$repo/target/${PROFILE:-release}"
+py="$repo/.venv/bin/python"
+[[ -x "$py" ]] || py=python3
+phases=${PHASES:-switchover convergence}
+switchovers=${SWITCHOVERS:-100}
+settle=${SETTLE:-1}
+frag_gap=${FRAG_GAP:-20us}
+concurrency=${CONCURRENCY:-2}
+chunk=${CHUNK:-10}
+conv_duration=${CONV_DURATION:-150}
+period_ms=${TUNING_PERIOD_MS:-1000}
+hold_down=${HOLD_DOWN:-10}
+min_step=${MIN_STEP:-5}
+stable_k=${STABLE_K:-4}
+scenarios=${SCENARIOS:-too-large too-small}
+# Where everything runs: the IFs' cores (the orchestrator's `cores`), the
+# if-manager's lcore (the first of them), the orchestrator and the clients.
+cpus=${CPUS:-0-1}
+ifm_cpu=${cpus%%[-,]*}
+if [[ -z "${BENCH_ORCH_PINNED:-}" ]]; then # this script and its helpers too
+  export BENCH_ORCH_PINNED=1
+  exec taskset -c "$cpus" "$0" "$@"
+fi
+share1=0 slo1=0 rate1=0 share5=0 slo5=0 rate5=0
+
+die() { printf 'bench-orchestrator: %s\n' "$*" >&2; exit 1; }
+say() { printf 'bench-orchestrator: %s\n' "$*" >&2; }
+((EUID == 0)) || die "must run as root (namespaces, DPDK)"
+command -v jq >/dev/null || die "jq is missing (apt-get install jq)"
+for m in squeezenet shufflenet; do
+  [[ -f "$repo/models/$m/config.toml" ]] || die "no models/$m: run 'make models'"
+done
+for b in orchestrator kpctl if-manager kp-if kp-client; do
+  [[ -x "$bin/$b" ]] || die "no $bin/$b: run 'make build'"
+done
+((switchovers >= 1)) || die "SWITCHOVERS must be >= 1"
+
+out="$repo/target/bench/orchestrator"
+mkdir -p "$out"
+net="kbo$(($$ % 100000))"
+prefix="kp-bo-$$"
+orch_pid=""
+runtime=""
+loop_pids=()
+client_pidfiles=()
+stopfile=""
+
+# Stops what this script started, in order: client loops and their
+# kp-client, the orchestrator (which stops its if-manager and IFs; if it is
+# gone, the processes its state file names), the namespaces, DPDK files.
+cleanup() {
+  local p f
+  [[ -n "$stopfile" ]] && touch "$stopfile" 2>/dev/null
+  for p in "${loop_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for f in "${client_pidfiles[@]}"; do
+    [[ -s "$f" ]] && kill -TERM "$(cat "$f")" 2>/dev/null || true
+  done
+  local children=()
+  if [[ -n "$orch_pid" ]] && kill -0 "$orch_pid" 2>/dev/null; then
+    # The orchestrator's own children (if-manager, kp-if), in case it
+    # cannot stop them itself.
+    children=($(ps -o pid= --ppid "$orch_pid" 2>/dev/null || true))
+    kill -TERM "$orch_pid" 2>/dev/null || true
+    for _ in $(seq 300); do kill -0 "$orch_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$orch_pid" 2>/dev/null || true
+  fi
+  for p in "${children[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  if [[ -n "$runtime" && -f "$runtime/state.json" ]]; then
+    for p in $(jq -r '.pids[]?' "$runtime/state.json" 2>/dev/null); do
+      kill -TERM "$p" 2>/dev/null || true
+    done
+    sleep 1
+    for p in $(jq -r '.pids[]?' "$runtime/state.json" 2>/dev/null); do
+      kill -KILL "$p" 2>/dev/null || true
+    done
+  fi
+  timeout 60 "$repo/scripts/netns.sh" down "$net" >/dev/null 2>&1 || true
+  rm -rf /dev/hugepages/"$prefix"* /var/run/dpdk/"$prefix"* 2>/dev/null || true
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+eval "$("$repo/scripts/netns.sh" up "$net")"
+dst="$PLATFORM_IP:9000"
+
+# A bin_dir for the orchestrator: the real if-manager, and kp-if through a
+# wrapper that execs it (same pid, same arguments) with its stdout, the
+# final JSON report, in a file of its own.
+wrap="$out/bin"
+rm -rf "$wrap"
+mkdir -p "$wrap"
+ln -s "$bin/if-manager" "$wrap/if-manager"
+
+now() { date +%s.%N; }
+calc() { awk "BEGIN { printf \"%.6f\", $1 }"; }
+loadavg() { cut -d' ' -f1-3 /proc/loadavg; }
+
+# config FILE TUNING DEPLOY...: a platform config; DEPLOY is "id model slo share".
+config() {
+  local file=$1 tuning=$2 d
+  shift 2
+  cat >"$file" <<EOF
+[platform]
+models = "$repo/models"
+bin_dir = "$wrap"
+cores = "$cpus"
+tuning = $tuning
+tuning_period_ms = $period_ms
+hold_down_s = $hold_down
+min_step_pct = $min_step
+
+[if_manager]
+wrap = ["ip", "netns", "exec", "$PLATFORM_NS"]
+options = ["--ip", "$PLATFORM_IP"]
+eal = ["--lcores", "0@$ifm_cpu", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
+       "--vdev", "net_af_packet0,iface=$PLATFORM_IF"]
+file_prefix = "$prefix"
+EOF
+  for d in "$@"; do
+    read -r id model slo share <<<"$d"
+    printf '\n[[deploy]]\nif_id = %s\nmodel = "%s"\nslo_ms = %s\nshare_pct = %s\n' \
+      "$id" "$model" "$slo" "$share" >>"$file"
+  done
+}
+
+# start_platform DIR: the orchestrator on DIR/platform.toml; waits until
+# every IF is active and their shadows had time to load.
+start_platform() {
+  local dir=$1
+  runtime="$dir/run"
+  endpoint="ipc://$runtime/orchestrator.sock"
+  mkdir -p "$dir/kp-if"
+  cat >"$wrap/kp-if" <<EOF
+#!/bin/sh
+exec "$bin/kp-if" "\$@" >"$dir/kp-if/\$\$.json"
+EOF
+  chmod +x "$wrap/kp-if"
+  local ino
+  ino=$(stat -c %i /dev/hugepages 2>/dev/null || echo none)
+  if [[ $ino != none ]] && ! flock -n -x /dev/hugepages true 2>/dev/null; then
+    say "warning: /dev/hugepages is locked by $(awk -v i=":$ino " 'index($0, i) {print "pid " $5; exit}' /proc/locks)" \
+      "(another DPDK process); the if-manager waits until it is released"
+  fi
+  echo "$(now)" >"$dir/orchestrator.launched"
+  taskset -c "$cpus" "$bin/orchestrator" --config "$dir/platform.toml" --runtime-dir "$runtime" \
+    >"$dir/summary.json" 2>"$dir/orchestrator.log" &
+  orch_pid=$!
+  local n
+  n=$(grep -c '^\[\[deploy\]\]' "$dir/platform.toml")
+  for _ in $(seq 1200); do
+    kill -0 "$orch_pid" 2>/dev/null || { tail -n 30 "$dir/orchestrator.log" >&2; die "the orchestrator exited"; }
+    if kpctl status 2>/dev/null | jq -e --argjson n "$n" \
+      '(.ifs | length) == $n and all(.ifs[]; .state == "active")' >/dev/null 2>&1; then
+      sleep 3 # the shadows load
+      return 0
+    fi
+    sleep 0.1
+  done
+  tail -n 30 "$dir/orchestrator.log" >&2
+  die "the IFs did not become active within 120 s"
+}
+
+# stop_platform DIR: kpctl shutdown; waits for the orchestrator's summary.
+stop_platform() {
+  local dir=$1
+  kpctl shutdown >"$dir/shutdown.json" || die "kpctl shutdown failed"
+  for _ in $(seq 600); do kill -0 "$orch_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$orch_pid" 2>/dev/null && die "the orchestrator did not exit within 60 s of shutdown"
+  wait "$orch_pid" || die "the orchestrator exited with status $?: $(tail -n 20 "$dir/orchestrator.log")"
+  orch_pid=""
+  jq -e '.ifs' "$dir/summary.json" >/dev/null || die "no summary from the orchestrator"
+}
+
+kpctl() { "$bin/kpctl" --endpoint "$endpoint" --json "$@"; }
+
+# client_loop NAME ARGS...: kp-client in CHUNK s pieces until $stopfile
+# exists, one JSON report per piece in NAME.jsonl; request ids disjoint.
+client_loop() {
+  local name=$1 k=0 pidfile="$cur/client-$name.pid"
+  shift
+  while [[ ! -e "$stopfile" ]]; do
+    ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
+      --first-request-id $((k * 100000000 + 1)) --duration "${chunk}s" "$@" \
+      >>"$cur/client-$name.jsonl" 2>>"$cur/client-$name.log" &
+    echo $! >"$pidfile"
+    wait $! || echo "{\"failed\": $?}" >>"$cur/client-$name.jsonl"
+    k=$((k + 1))
+  done
+}
+
+start_loop() {
+  local name=$1
+  client_pidfiles+=("$cur/client-$name.pid")
+  client_loop "$@" &
+  loop_pids+=("$!")
+}
+
+meta() {
+  local dir=$1 phase=$2
+  "$py" - "$dir/meta.json" "$phase" <<PY
+import json, os, platform, subprocess, sys, time
+cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")]
+json.dump({"phase": sys.argv[2], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+           "loadavg_at_start": open("/proc/loadavg").read().split()[:3],
+           "cpu_pressure_at_start": open("/proc/pressure/cpu").read().split("\n")[0] if os.path.exists("/proc/pressure/cpu") else None,
+           "nproc": os.cpu_count(), "cpu": cpu[0] if cpu else "", "kernel": platform.release(),
+           "git": subprocess.run(["git", "-C", "$repo", "rev-parse", "--short", "HEAD"],
+                                 capture_output=True, text=True).stdout.strip(),
+           "cpus": "$cpus", "if_manager_cpu": $ifm_cpu,
+           "switchovers": $switchovers, "settle_s": $settle, "frag_gap": "$frag_gap",
+           "concurrency": $concurrency, "chunk_s": $chunk,
+           "conv_duration_s": $conv_duration, "tuning_period_ms": $period_ms,
+           "hold_down_s": $hold_down, "min_step_pct": $min_step, "stable_k": $stable_k,
+           "if1": {"model": "squeezenet", "share": $share1, "slo_ms": $slo1, "rate": $rate1},
+           "if5": {"model": "shufflenet", "share": $share5, "slo_ms": $slo5, "rate": $rate5}},
+          open(sys.argv[1], "w"), indent=1)
+PY
+}
+
+# ---------------------------------------------------------------------------
+phase_switchover() {
+  cur="$out/switchover"
+  rm -rf "$cur"
+  mkdir -p "$cur"
+  stopfile="$cur/stop"
+  meta "$cur" switchover
+  busy start
+  say "[switchover] load average $(loadavg); platform up (if 1 squeezenet, if 5 shufflenet, tuning off)"
+  config "$cur/platform.toml" false "1 squeezenet 2000 50" "5 shufflenet 2000 50"
+  start_platform "$cur"
+  echo "$(now)" >"$cur/load.started"
+  start_loop if1 --if-id 1 --concurrency "$concurrency" --frag-gap "$frag_gap"
+  start_loop if5 --if-id 5 --concurrency "$concurrency"
+  sleep 3
+  say "[switchover] $switchovers switchovers of if 1 (share 40 <-> 60) under load"
+  echo "n,target_pct,t_cmd_s,cmd_to_active_ms,gap_us_status,old_pid,new_pid" >"$cur/switchovers.csv"
+  local i pct before s row t0 t1 old new done_ok
+  local t_load
+  t_load=$(cat "$cur/load.started")
+  for ((i = 1; i <= switchovers; i++)); do
+    pct=$((i % 2 ? 40 : 60))
+    s=$(kpctl status) || die "kpctl status failed"
+    row=$(jq -c '.ifs[] | select(.if_id == 1)' <<<"$s")
+    before=$(jq -r '.switchovers' <<<"$row")
+    old=$(jq -r '.pid' <<<"$row")
+    t0=$(now)
+    for _ in $(seq 600); do
+      if kpctl share 1 "$pct" >>"$cur/share-replies.jsonl" 2>>"$cur/share-refusals.log"; then
+        break
+      fi
+      sleep 0.1 # busy: the previous change is still being carried out
+    done
+    done_ok=0
+    for _ in $(seq 1200); do
+      s=$(kpctl status) || continue
+      row=$(jq -c '.ifs[] | select(.if_id == 1)' <<<"$s")
+      if jq -e --argjson b "$before" '.switchovers == $b + 1 and .state == "active"' <<<"$row" >/dev/null; then
+        done_ok=1
+        break
+      fi
+      kill -0 "$orch_pid" 2>/dev/null || die "the orchestrator died: $(tail -n 20 "$cur/orchestrator.log")"
+      sleep 0.05
+    done
+    ((done_ok)) || die "switchover $i did not complete within 60 s: $row"
+    t1=$(now)
+    new=$(jq -r '.pid' <<<"$row")
+    echo "$s" >>"$cur/status.jsonl"
+    printf '%d,%d,%.3f,%.1f,%s,%s,%s\n' "$i" "$pct" "$(calc "$t0 - $t_load")" \
+      "$(calc "($t1 - $t0) * 1000")" "$(jq -r '.last_switchover_gap_us' <<<"$row")" \
+      "$old" "$new" >>"$cur/switchovers.csv"
+    if ((i % 10 == 0)); then say "[switchover] $i done (load average $(loadavg))"; fi
+    sleep "$settle"
+  done
+  sleep 2
+  echo "$(now)" >"$cur/load.stopping"
+  busy end
+  touch "$stopfile"
+  say "[switchover] waiting for the clients' last pieces"
+  for p in "${loop_pids[@]}"; do wait "$p" || true; done
+  loop_pids=()
+  client_pidfiles=()
+  kpctl status >"$cur/status-end.json"
+  stop_platform "$cur"
+  echo "$(loadavg)" >"$cur/loadavg.end"
+  "$py" - "$cur" <<'PY'
+import csv, glob, json, math, os, sys
+cur = sys.argv[1]
+summary = json.loads(open(f"{cur}/summary.json").read().strip().splitlines()[-1])
+meta = json.load(open(f"{cur}/meta.json"))
+def pct(xs, q):  # nearest rank
+    xs = sorted(xs)
+    return xs[max(0, math.ceil(q * len(xs)) - 1)] if xs else None
+res = {"date": meta["date"], "cpus": meta["cpus"], "loadavg_at_start": meta["loadavg_at_start"],
+       "cpu_pressure_at_start": meta["cpu_pressure_at_start"],
+       "loadavg_at_end": open(f"{cur}/loadavg.end").read().split(), "ifs": {}}
+for i in summary["ifs"]:
+    g = i["switchover_gaps_us"]
+    res["ifs"][str(i["if_id"])] = {
+        "switchovers": i["switchovers"], "failovers": i["failovers"],
+        "gap_us": {"n": len(g), "p50": pct(g, .5), "p90": pct(g, .9), "p99": pct(g, .99),
+                   "min": min(g) if g else None, "max": max(g) if g else None,
+                   "mean": sum(g) / len(g) if g else None}}
+    with open(f"{cur}/gaps-if{i['if_id']}.csv", "w") as f:
+        f.write("n,gap_us\n")
+        for n, v in enumerate(g, 1):
+            f.write(f"{n},{v}\n")
+rows = list(csv.DictReader(open(f"{cur}/switchovers.csv")))
+c2a = [float(r["cmd_to_active_ms"]) for r in rows]
+res["cmd_to_active_ms"] = {"p50": pct(c2a, .5), "p90": pct(c2a, .9), "max": max(c2a)}
+clients = {}
+for name in ("if1", "if5"):
+    tot = {"pieces": 0, "failed_pieces": 0, "sent": 0, "answered": 0, "unanswered": 0,
+           "duplicates": 0, "late": 0, "unexpected": 0, "malformed": 0, "status": {}}
+    for line in open(f"{cur}/client-{name}.jsonl"):
+        r = json.loads(line)
+        if "failed" in r:
+            tot["failed_pieces"] += 1
+            continue
+        tot["pieces"] += 1
+        for k in ("sent", "answered", "unanswered", "duplicates", "late", "unexpected", "malformed"):
+            tot[k] += r[k]
+        for k, v in r["status"].items():
+            tot["status"][k] = tot["status"].get(k, 0) + v
+    not_ok = sum(v for k, v in tot["status"].items() if k != "ok")
+    tot["errors"] = not_ok + tot["unanswered"] + tot["duplicates"]
+    clients[name] = tot
+res["clients"] = clients
+res["errors_total"] = sum(c["errors"] for c in clients.values())
+# kp-if reports (through the wrapper): how each process took the ring and
+# what it handed back.
+procs = []
+for f in sorted(glob.glob(f"{cur}/kp-if/*.json")):
+    t = open(f).read().strip().splitlines()
+    if not t:
+        continue
+    try:
+        r = json.loads(t[-1])
+    except json.JSONDecodeError:
+        continue
+    s = r.get("succession", {})
+    procs.append({"pid": int(os.path.basename(f)[:-5]), "if_id": r.get("if_id"), **s})
+handed = [p for p in procs if p.get("taken") == "handed" and p["if_id"] == 1]
+res["kp_if"] = {
+    "processes": len(procs), "reports_if1_handed": len(handed),
+    "handovers_with_requests_in_flight": sum(1 for p in handed if p.get("handed_in_flight", 0) > 0),
+    "handed_in_flight_total": sum(p.get("handed_in_flight", 0) for p in handed),
+    "fragments_forwarded_total": sum(p.get("forwarded", 0) for p in handed),
+    "forward_lost_total": sum(p.get("forward_lost", 0) for p in handed),
+    "yielded_if1": sum(1 for p in procs if p["if_id"] == 1 and p.get("yielded")),
+}
+json.dump(procs, open(f"{cur}/kp-if-succession.json", "w"), indent=1)
+json.dump(res, open(f"{cur}/result.json", "w"), indent=1)
+print(json.dumps(res, indent=1))
+PY
+}
+
+# ---------------------------------------------------------------------------
+# busy LABEL: the machine's busiest processes now (the machine is shared).
+busy() {
+  { echo "== $1 $(date +%T) load $(loadavg); $(head -n1 /proc/pressure/cpu 2>/dev/null)"
+    timeout 10 ps -eo pid,pcpu,etime,comm --sort=-pcpu | awk "NR <= 12" || true; } >>"$cur/machine.txt"
+}
+
+phase_convergence() {
+  local scenario=$1
+  case $scenario in
+    too-large) share1=90 slo1=100 rate1=40 share5=10 slo5=100 rate5=30 ;;
+    too-small) share1=10 slo1=5 rate1=120 share5=90 slo5=100 rate5=30 ;;
+    custom)
+      share1=${SHARE1:?} slo1=${SLO1:?} rate1=${RATE1:?}
+      share5=${SHARE5:?} slo5=${SLO5:?} rate5=${RATE5:?}
+      ;;
+    *) die "unknown scenario '$scenario' (too-large, too-small, custom)" ;;
+  esac
+  cur="$out/convergence-$scenario"
+  rm -rf "$cur"
+  mkdir -p "$cur"
+  stopfile="$cur/stop"
+  meta "$cur" "convergence $scenario"
+  busy start
+  say "[convergence $scenario] load average $(loadavg); platform up, tuning on: if 1 at $share1% (SLO $slo1 ms), if 5 at $share5% (SLO $slo5 ms), hold-down ${hold_down}s"
+  config "$cur/platform.toml" true "1 squeezenet $slo1 $share1" "5 shufflenet $slo5 $share5"
+  start_platform "$cur"
+  kpctl status >"$cur/status-before.json"
+  echo "$(now)" >"$cur/load.started"
+  say "[convergence $scenario] open-loop load: if 1 $rate1 req/s, if 5 $rate5 req/s, ${conv_duration}s"
+  local c1 c5 t_end
+  ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
+    --if-id 1 --rate "$rate1" --duration "${conv_duration}s" >"$cur/client-if1.json" 2>"$cur/client-if1.log" &
+  c1=$!
+  loop_pids+=("$c1")
+  ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
+    --if-id 5 --rate "$rate5" --duration "${conv_duration}s" >"$cur/client-if5.json" 2>"$cur/client-if5.log" &
+  c5=$!
+  loop_pids+=("$c5")
+  t_end=$(calc "$(cat "$cur/load.started") + $conv_duration")
+  while (($(calc "$(now) < $t_end ? 1 : 0" | cut -d. -f1))); do
+    kpctl status >>"$cur/status.jsonl" 2>/dev/null || true
+    kill -0 "$orch_pid" 2>/dev/null || die "the orchestrator died: $(tail -n 20 "$cur/orchestrator.log")"
+    sleep 1
+  done
+  wait "$c1" || true
+  wait "$c5" || true
+  loop_pids=()
+  echo "$(now)" >"$cur/load.stopped"
+  busy end
+  kpctl status >"$cur/status-end.json"
+  stop_platform "$cur"
+  echo "$(loadavg)" >"$cur/loadavg.end"
+  cp "$runtime/decisions.jsonl" "$cur/decisions.jsonl"
+  grep -h 'on cores' "$runtime"/logs/if-*.log >"$cur/kp-if-cores.txt" || true
+  "$py" - "$cur" <<'PY'
+import json, re, sys
+cur = sys.argv[1]
+meta = json.load(open(f"{cur}/meta.json"))
+launched = float(open(f"{cur}/orchestrator.launched").read())
+t_load = float(open(f"{cur}/load.started").read()) - launched   # on the daemon's clock, s
+t_stop = float(open(f"{cur}/load.stopped").read()) - launched
+hold, period, k = meta["hold_down_s"], meta["tuning_period_ms"] / 1e3, meta["stable_k"]
+window = max(k * hold, k * period)
+decisions, allocations = [], []
+for line in open(f"{cur}/decisions.jsonl"):
+    d = json.loads(line)
+    (allocations if "allocation" in d else decisions).append(d)
+traj = {}
+for d in decisions:
+    o = d["inputs"]["observation"]
+    traj.setdefault(d["if_id"], []).append({
+        "t_s": d["at_ns"] / 1e9 - t_load, "share_pct": o["share_pct"], "demand_from": d["from_pct"],
+        "demand_to": d["to_pct"], "reason": d["reason"], "held": d["held"],
+        "latency_ms": o["latency_ms"], "slo_ms": o["slo_ms"], "throughput_rps": o["throughput_rps"],
+        "arrival_rps": o["arrival_rps"], "estimate_pct": d["inputs"]["estimate_pct"]})
+with open(f"{cur}/trajectory.csv", "w") as f:
+    cols = ["t_s", "share_pct", "demand_from", "demand_to", "reason", "held", "latency_ms",
+            "slo_ms", "throughput_rps", "arrival_rps", "estimate_pct"]
+    f.write("if_id," + ",".join(cols) + "\n")
+    for i, rows in sorted(traj.items()):
+        for r in rows:
+            f.write(f"{i}," + ",".join("" if r[c] is None else (f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c])) for c in cols) + "\n")
+# Share changes: the tune() that makes one logs the old share; the next line
+# of that IF (after its switchover, none while switching) shows the new one.
+changes, all_changes = {}, []
+for i, rows in traj.items():
+    ch = []
+    for a, b in zip(rows, rows[1:]):
+        if abs(b["share_pct"] - a["share_pct"]) > 1e-9:
+            ch.append({"if_id": i, "decided_s": a["t_s"], "applied_by_s": b["t_s"],
+                       "from": a["share_pct"], "to": b["share_pct"]})
+    changes[i] = ch
+    all_changes += ch
+all_changes.sort(key=lambda c: c["decided_s"])
+demand_changes = sum(1 for d in decisions if d["to_pct"] != d["from_pct"])
+end_s = max(d["at_ns"] for d in decisions) / 1e9 - t_load
+load_end_s = t_stop - t_load
+in_load = [c for c in all_changes if -1 <= c["decided_s"] <= load_end_s]
+before_load = [c for c in all_changes if c["decided_s"] < -1]
+last = in_load[-1] if in_load else None
+quiet = load_end_s - (last["decided_s"] if last else 0.0)
+reasons = {}
+for i, rows in traj.items():
+    c = {}
+    for r in rows:
+        if 0 <= r["t_s"] <= load_end_s:
+            key = r["reason"] + ("/" + r["held"] if r["held"] else "")
+            c[key] = c.get(key, 0) + 1
+    reasons[i] = dict(sorted(c.items()))
+reversals = {}
+for i, ch in changes.items():
+    dirs = [1 if c["to"] > c["from"] else -1 for c in ch]
+    reversals[i] = sum(1 for a, b in zip(dirs, dirs[1:]) if a != b)
+re_prov = [l.strip() for l in open(f"{cur}/orchestrator.log") if "re-provisioning" in l]
+switched = [l.strip() for l in open(f"{cur}/orchestrator.log") if "switched to" in l]
+final = {}
+for i, rows in traj.items():
+    tail = [r for r in rows if r["t_s"] <= load_end_s][-5:]
+    final[i] = {"share_pct": tail[-1]["share_pct"], "demand_pct": tail[-1]["demand_to"],
+                "reasons_last5": [r["reason"] for r in tail], "held_last5": [r["held"] for r in tail],
+                "latency_ms_last5": [round(r["latency_ms"], 1) for r in tail],
+                "throughput_rps_last5": [round(r["throughput_rps"], 1) for r in tail],
+                "arrival_rps_last5": [round(r["arrival_rps"], 1) for r in tail]}
+clients = {}
+for n in ("if1", "if5"):
+    try:
+        r = json.load(open(f"{cur}/client-{n}.json"))
+        clients[n] = {k: r[k] for k in ("sent", "answered", "unanswered", "throughput", "status")}
+        clients[n]["rtt_ms_p50"] = r["rtt_us"]["p50"] / 1e3
+        clients[n]["rtt_ms_p99"] = r["rtt_us"]["p99"] / 1e3
+    except (OSError, ValueError, KeyError):
+        clients[n] = None
+res = {"phase": meta["phase"], "date": meta["date"], "cpus": meta["cpus"], "loadavg_at_start": meta["loadavg_at_start"],
+       "cpu_pressure_at_start": meta["cpu_pressure_at_start"],
+       "loadavg_at_end": open(f"{cur}/loadavg.end").read().split(),
+       "scenario": {k: meta[k] for k in ("if1", "if5", "tuning_period_ms", "hold_down_s", "min_step_pct", "stable_k")},
+       "stable_window_s": window, "load_s": load_end_s,
+       "converged": bool(quiet >= window),
+       "convergence_decided_s": last["decided_s"] if last else 0.0,
+       "convergence_applied_s": last["applied_by_s"] if last else 0.0,
+       "quiet_after_last_change_s": quiet,
+       "share_changes": all_changes, "share_changes_before_load": len(before_load),
+       "demand_changes": demand_changes, "direction_reversals": reversals,
+       "reasons_under_load": reasons,
+       "reprovisions_logged": len(re_prov), "switchovers_logged": len(switched),
+       "final": final, "clients": clients,
+       "kp_if_cores": sorted(set(re.sub(r".*(if \d+ on \S+).*threads on cores (\[[^\]]*\]).*", r"\1 \2", l.strip())
+                                 for l in open(f"{cur}/kp-if-cores.txt")))}
+json.dump(res, open(f"{cur}/result.json", "w"), indent=1)
+print(json.dumps(res, indent=1))
+PY
+}
+
+for p in $phases; do
+  case $p in
+    switchover) phase_switchover ;;
+    convergence) for sc in $scenarios; do phase_convergence "$sc"; done ;;
+    *) die "unknown phase '$p' (switchover, convergence)" ;;
+  esac
+done
+
+# A markdown summary of whatever phases have results.
+"$py" - "$out" <<'PY' | tee "$out/summary.md"
+import json, os, sys
+out = sys.argv[1]
+s = f"{out}/switchover/result.json"
+if os.path.exists(s):
+    r = json.load(open(s))
+    g = r["ifs"]["1"]["gap_us"]
+    print(f"## Switchover gaps ({r['date']}, CPUs {r['cpus']}, load average {' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n")
+    print("| switchovers | gap p50 | p90 | p99 | max | min | errors (if 1 + if 5) |")
+    print("|---|---|---|---|---|---|---|")
+    print(f"| {g['n']} | {g['p50']:.1f} µs | {g['p90']:.1f} µs | {g['p99']:.1f} µs | {g['max']:.1f} µs | {g['min']:.1f} µs | {r['errors_total']} |\n")
+    for n, c in r["clients"].items():
+        print(f"- {n}: {c['sent']} sent, {c['answered']} answered, {c['unanswered']} unanswered, "
+              f"{c['duplicates']} duplicates, status {c['status']}, {c['failed_pieces']} failed pieces")
+    k = r["kp_if"]
+    print(f"- handovers with requests in flight: {k['handovers_with_requests_in_flight']} of {k['reports_if1_handed']}; "
+          f"{k['handed_in_flight_total']} requests handed back, {k['fragments_forwarded_total']} fragments forwarded, "
+          f"{k['forward_lost_total']} lost in forwarding")
+    c = r["cmd_to_active_ms"]
+    print(f"- command to active (new process started, model loaded, switched): p50 {c['p50']:.0f} ms, p90 {c['p90']:.0f} ms, max {c['max']:.0f} ms\n")
+import glob
+for s in sorted(glob.glob(f"{out}/convergence-*/result.json")):
+    r = json.load(open(s))
+    sc = r["scenario"]
+    print(f"## Self-tuning convergence, {r['phase'].split()[-1]} ({r['date']}, CPUs {r['cpus']}, load average {' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n")
+    print(f"if 1 squeezenet from {sc['if1']['share']}% (SLO {sc['if1']['slo_ms']} ms, {sc['if1']['rate']} req/s), "
+          f"if 5 shufflenet from {sc['if5']['share']}% (SLO {sc['if5']['slo_ms']} ms, {sc['if5']['rate']} req/s); "
+          f"period {sc['tuning_period_ms']} ms, hold-down {sc['hold_down_s']} s, min step {sc['min_step_pct']}; "
+          f"stable = no change for {r['stable_window_s']:.0f} s\n")
+    print(f"- converged: {r['converged']}; last share change decided at {r['convergence_decided_s']:.1f} s, "
+          f"applied by {r['convergence_applied_s']:.1f} s after the load started; quiet for {r['quiet_after_last_change_s']:.0f} s of {r['load_s']:.0f} s")
+    print(f"- share changes: {len(r['share_changes'])}, direction reversals {r['direction_reversals']}")
+    print(f"- decisions under load by reason(/held): {r['reasons_under_load']}")
+    for c in r["share_changes"]:
+        print(f"  - t={c['decided_s']:6.1f} s if {c['if_id']}: {c['from']:.1f}% -> {c['to']:.1f}%")
+    for i, f in r["final"].items():
+        print(f"- if {i} final: share {f['share_pct']:.1f}%, demand {f['demand_pct']:.1f}%, reasons {f['reasons_last5']}, "
+              f"held {f['held_last5']}, latency {f['latency_ms_last5']} ms")
+    for n, c in r["clients"].items():
+        if c:
+            print(f"- {n} client: {c['sent']} sent, status {c['status']}, {c['unanswered']} unanswered, "
+                  f"RTT p50 {c['rtt_ms_p50']:.1f} ms p99 {c['rtt_ms_p99']:.1f} ms")
+    print(f"- cores: {r['kp_if_cores']}")
+PY
