@@ -36,9 +36,11 @@
 #
 # Env: MODEL (squeezenet), DURATION (20 s), LONG_DURATION (120 s),
 # WARMUP (5 s), ENGINE_SECONDS (4 s per batch size), MAX_BATCH (8),
-# CONCURRENCY (4 x MAX_BATCH: with 2 x, the batching policy waiting to fill
-# batches left CPU 1 ~17% idle), SLO_MS (2000: generous, so saturation
-# measures capacity rather than shedding), LOAD_FRACTION (0.5), IF_CPU (1),
+# CONCURRENCY (4 x MAX_BATCH: with 2 x, CPU 1 was up to 17% idle, the
+# batching policy waiting for full batches), AF_PACKET_FRAMES (8192: the
+# af_packet ring's frames; DPDK's default 512 lost datagrams), SLO_MS
+# (2000: generous, so saturation measures capacity rather than shedding),
+# LOAD_FRACTION (0.5), IF_CPU (1),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll), PROFILE (release).
 # Needs root, iproute2, tcpdump (without it: no per-request batch sizes or
 # overheads), 2 MiB hugepages and `make build models`.

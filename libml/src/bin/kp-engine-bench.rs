@@ -96,11 +96,7 @@ fn run(args: Args) -> Result<()> {
             EngineKind::OnnxRuntime
         };
     }
-    let [c, h, w] = model.input.shape;
-    let layout = match &model.input.format {
-        InputFormat::RgbU8Hwc { mean, std } => InputLayout::rgb_u8_hwc(h, w, *mean, *std)?,
-        InputFormat::F32Nchw => InputLayout::f32_nchw(c, h, w)?,
-    };
+    let layout = InputLayout::for_model(&model)?;
     let largest = *args.batches.iter().max().unwrap_or(&1);
     let max_batch = args.max_batch.unwrap_or(largest).max(largest);
     let (iterations, seconds) = match (args.iterations, args.seconds) {
