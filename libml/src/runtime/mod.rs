@@ -366,6 +366,11 @@ fn fragment_loop<'p>(
     let mut drain_until: Option<u64> = None;
     let mut first_dequeue_pending: Option<u64> = None;
     let mut arming_since: Option<u64> = None;
+    // The current owner's hand-back ring, looked up while arming: a memzone
+    // lookup takes DPDK's shared memory lock, which another process can hold
+    // for seconds (a heap growing syncs every process's memory map), so it
+    // must not happen on the data path once we serve.
+    let mut owner_handback: Option<(u32, Option<Ring>)> = None;
     loop {
         polls = polls.wrapping_add(1);
         let mode = succession.mode.get();
@@ -412,6 +417,14 @@ fn fragment_loop<'p>(
                 continue;
             }
             Mode::Arming => {
+                let owner = succession.control.owner();
+                if owner != 0
+                    && owner != me
+                    && owner_handback.as_ref().is_none_or(|(p, _)| *p != owner)
+                {
+                    let ring = Ring::lookup(&crate::names::handback_ring(owner)).ok();
+                    owner_handback = Some((owner, ring));
+                }
                 let Some(taken) = succession.control.try_take(me) else {
                     let since = *arming_since.get_or_insert(now);
                     if now.saturating_sub(since) > ARMING_TIMEOUT.as_nanos() as u64 {
@@ -438,11 +451,15 @@ fn fragment_loop<'p>(
                         if !h.in_flight.is_empty() {
                             let left = (h.released_ns + h.grace_ns)
                                 .saturating_sub(dpdk::affinity::monotonic_ns());
+                            let ring = match owner_handback.take() {
+                                Some((pid, ring)) if pid == h.from_pid => ring,
+                                _ => None, // looked up at the first fragment
+                            };
                             forward = Some(Forward {
                                 from_pid: h.from_pid,
                                 keys: h.in_flight.iter().copied().collect(),
                                 until_ns: now + left,
-                                ring: None,
+                                ring,
                             });
                         }
                     }
@@ -654,8 +671,8 @@ fn fragment_loop<'p>(
 fn forward_back(forward: &mut Option<Forward>, mbuf: dpdk::Mbuf, stats: &mut SuccessionStats) {
     let Some(f) = forward.as_mut() else { return };
     if f.ring.is_none() {
-        // Looked up at the first fragment to forward, not on the
-        // switchover's critical path.
+        // Not found while arming (the owner changed meanwhile): looked up
+        // at the first fragment to forward.
         f.ring = Ring::lookup(&crate::names::handback_ring(f.from_pid)).ok();
     }
     match f.ring.as_ref().map(|r| r.enqueue(mbuf)) {
