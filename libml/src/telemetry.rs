@@ -237,7 +237,11 @@ mod tests {
         // One second: 10 arrivals, 5 served in 500 µs, 5 shed.
         for i in 0..10u64 {
             t.on_arrival(i * 100_000_000);
-            let status = if i % 2 == 0 { Status::Ok } else { Status::Overloaded };
+            let status = if i % 2 == 0 {
+                Status::Ok
+            } else {
+                Status::Overloaded
+            };
             t.on_answer(status, 500, i * 100_000_000 + 1);
         }
         t.tick(1_000_000_001);
@@ -247,7 +251,10 @@ mod tests {
             j["throughput_per_s"].as_f64().unwrap(),
         );
         assert!((9.9..=10.0).contains(&arrivals), "{j}");
-        assert!((4.9..=5.0).contains(&served), "shed requests are not throughput: {j}");
+        assert!(
+            (4.9..=5.0).contains(&served),
+            "shed requests are not throughput: {j}"
+        );
         assert_eq!(j["slo_attainment"], 0.5);
         // Then nothing for two seconds: a snapshot says so.
         t.tick(3_000_000_002);
