@@ -147,7 +147,15 @@ printf '   platform %s in %s: %s %s (no kernel address: the if-manager owns it)\
   "$PLATFORM_IF" "$PLATFORM_NS" "$PLATFORM_IP" "$PLATFORM_MAC"
 
 # --- 2. the platform ------------------------------------------------------------
-sed -e "s|@MODELS@|$repo/models|" -e "s|@BIN_DIR@|$bin|" \
+# Hugepage memory the if-manager maps at start (-m): enough for every IF
+# process that can live at once (see configs/demo.toml.in), if free.
+mem_mb=640
+free_mb=$(( $(cat /sys/kernel/mm/hugepages/hugepages-2048kB/free_hugepages 2>/dev/null || echo 0) * 2 ))
+if (( free_mb < mem_mb + 64 )); then
+  mem_mb=$(( free_mb - 64 > 384 ? free_mb - 64 : 384 ))
+  say "only $free_mb MiB of hugepages free: the if-manager maps $mem_mb MiB (-m); IF starts may grow it"
+fi
+sed -e "s|@MODELS@|$repo/models|" -e "s|@BIN_DIR@|$bin|" -e "s|@MEM_MB@|$mem_mb|" \
     -e "s|@PLATFORM_NS@|$PLATFORM_NS|" -e "s|@PLATFORM_IP@|$PLATFORM_IP|" \
     -e "s|@PLATFORM_IF@|$PLATFORM_IF|" -e "s|@FILE_PREFIX@|$prefix|" \
     -e "s|@TUNING@|$tuning|" -e "s|@HOLD_DOWN_S@|$hold_down|g" -e "s|@PIN@|$pin|" \

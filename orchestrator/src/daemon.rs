@@ -83,7 +83,9 @@ struct IfProc {
 /// A re-provision in progress.
 #[derive(Debug)]
 struct Switch {
-    pending: IfProc,
+    /// The new shadow; `None` while it waits for its turn to start.
+    pending: Option<IfProc>,
+    spec: Spec,
     why: String,
 }
 
@@ -170,9 +172,9 @@ impl Daemon {
         };
         let cores = topology.cores_near_nic(&nic);
         let topology_summary = topology.summary(&nic);
-        let gpu = gpu_present();
+        let gpu = crate::gpu::gpu_present();
         if gpu {
-            start_mps_daemon();
+            eprintln!("orchestrator: {}", crate::gpu::ensure_mps().describe());
         } else {
             eprintln!(
                 "orchestrator: no GPU here: a share is a set of the cores {cores:?} and as many engine threads"
@@ -423,8 +425,8 @@ impl Daemon {
             .args(["--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"]);
         if self.gpu {
             cmd.env(
-                "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-                format!("{}", spec.share_pct.round().clamp(1.0, 100.0)),
+                crate::gpu::MPS_PERCENTAGE_VAR,
+                crate::gpu::mps_percentage(spec.share_pct),
             );
         }
         let role = if standby { "shadow" } else { "active" };
@@ -502,6 +504,27 @@ impl Daemon {
                 return;
             }
         }
+        // A kp-if that never gets ready would hold up every start after it
+        // (one at a time): kill it; it is then reaped like any dead one.
+        for rt in self.ifs.values_mut() {
+            for p in [
+                rt.active.as_mut(),
+                rt.shadow.as_mut(),
+                rt.switch.as_mut().and_then(|s| s.pending.as_mut()),
+            ]
+            .into_iter()
+            .flatten()
+            {
+                if p.proc.is_starting() && p.proc.age() > START_TIMEOUT {
+                    eprintln!(
+                        "orchestrator: {} not ready after {START_TIMEOUT:?}; killing it:\n{}",
+                        p.proc.name(),
+                        p.proc.tail()
+                    );
+                    p.proc.kill();
+                }
+            }
+        }
         let ids: Vec<u16> = self.ifs.keys().copied().collect();
         for id in ids {
             let shutting = self.state.is_shutting_down() || self.retiring.contains(&id);
@@ -519,13 +542,16 @@ impl Daemon {
                     rt.shadow = None;
                 }
             }
-            if let Some(sw) = rt.switch.as_mut() {
-                if let Some(status) = sw.pending.proc.poll_exit() {
+            if let Some((sw, p)) = rt
+                .switch
+                .as_mut()
+                .and_then(|sw| sw.pending.as_mut().map(|p| (&sw.why, p)))
+            {
+                if let Some(status) = p.proc.poll_exit() {
                     rt.reason = Some(format!(
-                        "re-provision ({}) failed: {} exited ({status}): {}",
-                        sw.why,
-                        sw.pending.proc.name(),
-                        sw.pending.proc.tail()
+                        "re-provision ({sw}) failed: {} exited ({status}): {}",
+                        p.proc.name(),
+                        p.proc.tail()
                     ));
                     eprintln!("orchestrator: {}", rt.reason.as_deref().unwrap_or(""));
                     rt.switch = None;
@@ -618,15 +644,43 @@ impl Daemon {
                 return;
             }
         }
+        let starting = self.starting_if().map(str::to_string);
         let rt = self.ifs.get_mut(&id).expect("listed");
         if let Some(sw) = rt.switch.as_ref() {
-            // Parked and ready: switch (to nobody's active if it died).
-            if sw.pending.proc.is_ready() && (active_ready || rt.active.is_none()) {
-                self.complete_switch(id);
+            match &sw.pending {
+                // Parked and ready: switch (to nobody's active if it died).
+                Some(p) if p.proc.is_ready() && (active_ready || rt.active.is_none()) => {
+                    self.complete_switch(id);
+                }
+                Some(_) => {}
+                None if starting.is_none() => {
+                    let spec = sw.spec.clone();
+                    match self.spawn_if(id, &spec, true) {
+                        Ok(p) => {
+                            eprintln!(
+                                "orchestrator: re-provisioning if {id}: starting {}",
+                                p.proc.name()
+                            );
+                            let sw = self.ifs.get_mut(&id).and_then(|rt| rt.switch.as_mut());
+                            sw.expect("checked").pending = Some(p);
+                        }
+                        Err(e) => {
+                            let rt = self.ifs.get_mut(&id).expect("listed");
+                            rt.reason = Some(format!("re-provision failed: {e}"));
+                            rt.switch = None;
+                            self.state.clear_busy(id);
+                        }
+                    }
+                }
+                None => {} // waits for `starting` to be ready
             }
             return;
         }
-        if rt.shadow.is_none() && active_ready {
+        // One kp-if starts at a time (below): each start maps DPDK's shared
+        // memory and loads a model, and two at once on a busy machine can
+        // stall the others for seconds (a process still starting cannot
+        // answer DPDK's memory-map syncs).
+        if rt.shadow.is_none() && active_ready && starting.is_none() {
             let Some(a) = rt.active.as_ref() else { return };
             let spec = a.spec.clone();
             match self.spawn_if(id, &spec, true) {
@@ -636,15 +690,44 @@ impl Daemon {
         }
     }
 
-    /// Starts a re-provision of `if_id` to `spec`.
+    /// The kp-if process that is starting (not yet ready), if any: a
+    /// shadow or a re-provision's new shadow waits for it to be ready
+    /// before it starts (a fail-over or a deploy does not wait).
+    fn starting_if(&self) -> Option<&str> {
+        self.ifs.values().find_map(|rt| {
+            [
+                rt.active.as_ref(),
+                rt.shadow.as_ref(),
+                rt.switch.as_ref().and_then(|s| s.pending.as_ref()),
+            ]
+            .into_iter()
+            .flatten()
+            .find(|p| p.proc.is_starting())
+            .map(|p| p.proc.name())
+        })
+    }
+
+    /// Starts a re-provision of `if_id` to `spec`: its new shadow starts
+    /// now, or once the kp-if now starting is ready.
     fn begin_switch(&mut self, id: u16, spec: Spec, why: String) -> Result<(), String> {
-        let pending = self.spawn_if(id, &spec, true)?;
-        eprintln!(
-            "orchestrator: re-provisioning if {id} ({why}): starting {}",
-            pending.proc.name()
-        );
+        let pending = match self.starting_if() {
+            Some(other) => {
+                eprintln!(
+                    "orchestrator: re-provisioning if {id} ({why}): waiting for {other} to start first"
+                );
+                None
+            }
+            None => {
+                let p = self.spawn_if(id, &spec, true)?;
+                eprintln!(
+                    "orchestrator: re-provisioning if {id} ({why}): starting {}",
+                    p.proc.name()
+                );
+                Some(p)
+            }
+        };
         let rt = self.ifs.get_mut(&id).ok_or("no such IF")?;
-        rt.switch = Some(Switch { pending, why });
+        rt.switch = Some(Switch { pending, spec, why });
         self.state.set_busy(id, "switching");
         Ok(())
     }
@@ -654,7 +737,7 @@ impl Daemon {
     fn complete_switch(&mut self, id: u16) {
         let rt = self.ifs.get_mut(&id).expect("listed");
         let Some(sw) = rt.switch.take() else { return };
-        let new = sw.pending;
+        let Some(new) = sw.pending else { return };
         let result = (|| -> Result<u64, String> {
             request(&new.listen, &json!({"cmd": "activate"}), IF_TIMEOUT)?;
             if let Some(a) = rt.active.as_ref() {
@@ -757,7 +840,7 @@ impl Daemon {
             for mut p in [
                 rt.active.take(),
                 rt.shadow.take(),
-                rt.switch.take().map(|s| s.pending),
+                rt.switch.take().and_then(|s| s.pending),
             ]
             .into_iter()
             .flatten()
@@ -985,7 +1068,9 @@ impl Daemon {
                 pids.push(p.proc.pid());
             }
             if let Some(sw) = &rt.switch {
-                pids.push(sw.pending.proc.pid());
+                if let Some(p) = &sw.pending {
+                    pids.push(p.proc.pid());
+                }
             }
         }
         pids.extend(self.leaving.iter().map(|(_, p)| p.proc.pid()));
@@ -1084,7 +1169,7 @@ impl Handler for Daemon {
                     for p in [
                         rt.active.take(),
                         rt.shadow.take(),
-                        rt.switch.take().map(|s| s.pending),
+                        rt.switch.take().and_then(|s| s.pending),
                     ]
                     .into_iter()
                     .flatten()
@@ -1105,7 +1190,7 @@ impl Handler for Daemon {
                     for p in [
                         rt.active.take(),
                         rt.shadow.take(),
-                        rt.switch.take().map(|s| s.pending),
+                        rt.switch.take().and_then(|s| s.pending),
                     ]
                     .into_iter()
                     .flatten()
@@ -1228,30 +1313,6 @@ fn nic_hint(eal: &[String]) -> NicHint {
         }
     }
     NicHint::Unknown
-}
-
-/// Whether an NVIDIA GPU is visible (its device nodes exist).
-fn gpu_present() -> bool {
-    Path::new("/dev/nvidiactl").exists() && Path::new("/dev/nvidia0").exists()
-}
-
-/// Starts the CUDA MPS control daemon if it is installed and not running.
-fn start_mps_daemon() {
-    let running = Command::new("pgrep")
-        .arg("nvidia-cuda-mps")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if running {
-        return;
-    }
-    match Command::new("nvidia-cuda-mps-control").arg("-d").status() {
-        Ok(s) if s.success() => eprintln!("orchestrator: started the CUDA MPS control daemon"),
-        Ok(s) => eprintln!("orchestrator: nvidia-cuda-mps-control -d failed ({s}); shares are not enforced"),
-        Err(_) => eprintln!(
-            "orchestrator: a GPU is present but MPS is not installed: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is set but not enforced"
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -109,6 +109,12 @@ impl Proc {
         self.ready.load(Ordering::Acquire)
     }
 
+    /// Whether it runs but has not printed its ready line yet (as of the
+    /// last [`Proc::poll_exit`]).
+    pub fn is_starting(&self) -> bool {
+        self.exit.is_none() && !self.is_ready()
+    }
+
     /// How long ago it was started.
     pub fn age(&self) -> Duration {
         self.started.elapsed()
