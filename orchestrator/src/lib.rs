@@ -14,6 +14,7 @@
 //! - [`control`]: the control protocol `kpctl` speaks, the desired state it
 //!   changes (validated whole before anything changes), the ZeroMQ server;
 //! - [`config`]: the platform configuration file;
+//! - [`gpu`]: an NVIDIA GPU and CUDA MPS, which enforces GPU shares;
 //! - [`process`]: child processes and requests to their control sockets;
 //! - [`daemon`]: the loop that drives the processes towards the desired
 //!   state — shadows, switchovers, fail-over, tuning.
@@ -26,6 +27,7 @@ pub mod alloc;
 pub mod config;
 pub mod control;
 pub mod daemon;
+pub mod gpu;
 pub mod process;
 pub mod topology;
 pub mod tuning;

@@ -6,6 +6,12 @@
 //! IFs through it, tunes their shares, and replaces what dies. SIGINT or
 //! SIGTERM (or `kpctl shutdown`) stops everything it started; the final
 //! summary (switchover gaps per IF) is printed as one JSON line.
+//!
+//! `orchestrator --probe` only says, as JSON, what the orchestrator would
+//! share on this machine: the cores hwloc sees (NIC-local first, given
+//! `--nic`), whether there is an NVIDIA GPU, and whether CUDA MPS runs to
+//! enforce GPU shares (it starts the MPS control daemon if installed, as
+//! the daemon does).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,8 +28,14 @@ use orchestrator::daemon::Daemon;
 #[command(name = "orchestrator", version, about = "kneepoint's control plane")]
 struct Args {
     /// The platform configuration (see configs/platform.toml).
+    #[arg(long, required_unless_present = "probe")]
+    config: Option<PathBuf>,
+    /// Print what would be shared here (cores, GPU, MPS) and exit.
     #[arg(long)]
-    config: PathBuf,
+    probe: bool,
+    /// With --probe: the NIC (PCI address or interface) to rank cores by.
+    #[arg(long, requires = "probe")]
+    nic: Option<String>,
     /// Sockets, logs, decisions and the state file (default: the config's,
     /// else /run/kneepoint for root, else $XDG_RUNTIME_DIR/kneepoint).
     #[arg(long)]
@@ -47,7 +59,10 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
-    let cfg = PlatformConfig::load(&args.config)?;
+    if args.probe {
+        return probe(args.nic.as_deref());
+    }
+    let cfg = PlatformConfig::load(args.config.as_deref().context("--config is required")?)?;
     let runtime_dir = args
         .runtime_dir
         .or_else(|| cfg.platform.runtime_dir.clone())
@@ -76,6 +91,40 @@ fn run(args: Args) -> Result<()> {
         std::fs::write(p, format!("{text}\n"))
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    Ok(())
+}
+
+/// `--probe`: the machine as the orchestrator would share it.
+fn probe(nic: Option<&str>) -> Result<()> {
+    use orchestrator::gpu;
+    use orchestrator::topology::{NicHint, Topology};
+    let nic = nic.map_or(NicHint::Unknown, NicHint::parse);
+    let (topology, hwloc_error) = match Topology::discover() {
+        Ok(t) => (t, None),
+        Err(e) => (Topology::fallback(), Some(e.to_string())),
+    };
+    let gpu_json = if gpu::gpu_present() {
+        let mps = gpu::ensure_mps();
+        serde_json::json!({
+            "present": true,
+            "names": gpu::gpu_names(),
+            "mps": mps,
+            "shares_enforced": mps.enforces_shares(),
+            "note": mps.describe(),
+        })
+    } else {
+        serde_json::json!({
+            "present": false,
+            "note": "no NVIDIA GPU here (/dev/nvidiactl, /dev/nvidia0): a share is a set of cores and as many engine threads",
+        })
+    };
+    let out = serde_json::json!({
+        "cores_for_ifs": topology.cores_near_nic(&nic),
+        "topology": topology.summary(&nic),
+        "hwloc_error": hwloc_error,
+        "gpu": gpu_json,
+    });
+    println!("{}", serde_json::to_string_pretty(&out)?);
     Ok(())
 }
 
