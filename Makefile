@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build models test test-models demo demo-offline bench fuzz lint fmt clean
+.PHONY: all setup build models test test-models demo demo-offline bench bench-peers fuzz lint fmt clean
 
 all: build
 
@@ -31,10 +31,14 @@ test-models: setup
 
 # Unit and property tests of every crate, then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
-# polling DPDK processes and the machine has 2 cores.
+# polling DPDK processes and the machine has 2 cores. Last, the side-by-side
+# benchmark's report rules and a smoke run of its harness at tiny loads
+# (kneepoint and a stand-in HTTP server; ~30 s), so that it cannot rot.
 test: build models test-models
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
+	$(PYTHON) -m unittest bench/test_report.py
+	$(PYTHON) bench/bench.py --smoke --out target/bench/smoke
 
 # The whole platform, live, in under two minutes: the orchestrator starts the
 # if-manager and two IFs (squeezenet if 1, shufflenet if 5) on a veth pair
@@ -55,11 +59,21 @@ demo-offline: build
 	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,resnet50
 	scripts/demo-offline.sh
 
+# Everything docs/PERFORMANCE.md reports, in one run (as root; ~45 min):
+# the if-manager's packet rate, the IFs against their engine, switchover
+# gaps and self-tuning, and kneepoint side by side with Triton Inference
+# Server and Ray Serve (bench/bench.py installs them into .venv-peers/ the
+# first time; BENCH_MODELS, BENCH_SYSTEMS and the rest: see its --help).
+# `make bench-peers` runs only the side by side.
 bench: build models
 	scripts/bench-if-manager.sh
 	scripts/bench-if.sh
 	scripts/bench-orchestrator.sh
 	$(CARGO) bench --locked -p if-manager --bench classify
+	$(PYTHON) bench/bench.py
+
+bench-peers: build models
+	$(PYTHON) bench/bench.py
 
 # Needs nightly and cargo-fuzz (cargo install cargo-fuzz); SECONDS per target.
 FUZZ_SECONDS ?= 60

@@ -1,0 +1,979 @@
+#!/usr/bin/env python3
+"""Side by side: kneepoint, Triton Inference Server and Ray Serve on the same
+machine, the same model, the same cores, the same intra-op threads and the
+same SLO — and the engine limit they are all bounded by.
+
+    make bench                                 # (as root) everything, ~15 min
+    .venv/bin/python bench/bench.py            # just this benchmark
+    BENCH_MODELS=squeezenet BENCH_SYSTEMS=kneepoint,triton .venv/bin/python bench/bench.py
+    .venv/bin/python bench/bench.py --smoke --out /tmp/x   # what `make test` runs (< 60 s)
+    .venv/bin/python bench/bench.py --report-only           # redraw from the CSVs
+
+Per model (models/<name>/config.toml gives the SLO):
+ 1. engine limit: ONNX Runtime alone (bench/engine_limit.py) on the inference
+    core, per batch size; the best images/s is the ceiling;
+ 2. per system, started fresh, warmed up, then driven open loop (Poisson
+    arrivals) at increasing offered rates: a sweep in fractions of the engine
+    limit until a level misses the SLO, a bisection between the last level
+    that met it and the first that did not, then 25/50/75/90% of the
+    system's capacity (highest OK rate of a level meeting the SLO; the rules
+    are in bench/report.py). Each level runs in windows until the last three
+    agree within 10% (Triton perf_analyzer's convention) or BENCH_MAX_WINDOWS.
+    - kneepoint: scripts/netns.sh veth pair, if-manager (DPDK af_packet PMD)
+      in the platform namespace, kp-if (ONNX Runtime) as its secondary,
+      kp-client from the client namespace (UDP, the u8 image in fragments);
+    - Triton: the tritonserver binary of the nvidia-pytriton wheel, a model
+      repository with a Python-backend model (bench/peers/triton/model.py:
+      onnxruntime, same preprocessing) and Triton's dynamic batcher,
+      driven by kp-http-load (KServe v2 HTTP, the u8 image as a binary
+      tensor);
+    - Ray Serve: bench/peers/ray_serve.py (@serve.batch), HTTP, kp-http-load
+      (the u8 image as the body).
+    The model function of both peers is bench/peers/kp_peer_model.py: the
+    same session options as libml's engine and kp-if's normalisation.
+
+Cores (2-core machine): the load generator and each system's front end
+(if-manager; tritonserver's HTTP threads and batcher; Ray's proxy, raylet,
+GCS, controller) on BENCH_FRONT_CPU (0); the process that runs the model
+(kp-if; Triton's Python-backend stub; the Ray Serve replica) on
+BENCH_WORKER_CPU (1) with BENCH_THREADS (1) intra-op thread. The engine limit
+runs on the worker core too.
+
+The peers are installed by this script from PyPI into .venv-peers/<peer>/
+(git-ignored) when missing; a peer that cannot be installed or started is
+reported with its error and the rest still runs.
+
+Outputs: BENCH_OUT (target/bench/peers): meta.json, engine.csv,
+windows.csv (every window), levels.csv, summary.csv, summary.json,
+report.md, logs/; plots BENCH_DOCS (docs/bench)/peers-<model>.svg; and the
+section between the bench-peers markers of docs/PERFORMANCE.md is replaced
+by report.md (BENCH_UPDATE_DOCS=0 to leave it).
+
+Environment (defaults for a full run; --smoke has tiny ones):
+  BENCH_MODELS (squeezenet,resnet50)  BENCH_SYSTEMS (kneepoint,triton,ray)
+  BENCH_THREADS (1) BENCH_FRONT_CPU (0) BENCH_WORKER_CPU (1)
+  BENCH_MAX_BATCH (8: kp-if --max-batch, Triton max_batch_size, @serve.batch)
+  BENCH_BATCH_DELAY_US (500: Triton max_queue_delay_microseconds, Ray
+    batch_wait_timeout_s; kneepoint's policy needs none, it uses the SLO)
+  BENCH_ENGINE_BATCHES (1,2,4,8) BENCH_ENGINE_SECONDS (3)
+  BENCH_WARMUP_S (5) BENCH_WINDOW_S (2.5) BENCH_WINDOW_MAX_S (8)
+  BENCH_WINDOW_REQUESTS (150: a window lasts long enough for this many
+    requests, between WINDOW_S and WINDOW_MAX_S)
+  BENCH_MIN_WINDOWS (3) BENCH_MAX_WINDOWS (4) BENCH_STABILITY (0.10)
+  BENCH_SWEEP (0.5,0.8,0.9,1.0,1.1: fractions of the engine limit)
+  BENCH_REFINE (2 bisection steps) BENCH_POINTS (0.25,0.5,0.75,0.9)
+  BENCH_CONNECTIONS (64: kp-http-load) BENCH_KP_BUSY_POLL (0)
+  BENCH_INSTALL_PEERS (1) BENCH_UPDATE_DOCS (1)
+Needs root (namespaces, DPDK hugepages), `make build models`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+BENCH = REPO / "bench"
+sys.path.insert(0, str(BENCH))
+import report  # noqa: E402
+
+PEER_VENVS = REPO / ".venv-peers"
+PEER_PACKAGES = {
+    "triton": ["nvidia-pytriton==0.7.0", "onnxruntime==1.31.1", "numpy<3"],
+    "ray": ["ray[serve]==2.60.0", "onnxruntime==1.31.1", "numpy<3"],
+}
+PEER_DISTS = {"triton": ["nvidia-pytriton", "onnxruntime", "numpy"], "ray": ["ray", "onnxruntime", "numpy"]}
+SYSTEMS = ("kneepoint", "triton", "ray", "stub")
+PERF_ANALYZER = "2.60.0"
+HZ = os.sysconf("SC_CLK_TCK")
+
+WINDOW_FIELDS = ["model", "system", "level", "phase", "label", "window", "offered_rps", "seconds", "seed",
+                 "sent", "ok", "errors", "unanswered", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms",
+                 "mean_batch", "lag_p99_ms", "statuses", "server_cpu_s", "worker_cpu_s", "client_cpu_s",
+                 "loadavg1", "wall_s"]
+LEVEL_FIELDS = ["model", "system", "level", "phase", "label", "offered_rps", "windows", "stable", "sent", "ok",
+                "failed", "error_frac", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "server_cpu_ms_per_req",
+                "worker_cpu_ms_per_req", "client_cpu_ms_per_req", "meets_slo"]
+
+
+def say(*a):
+    print("bench:", *a, file=sys.stderr, flush=True)
+
+
+def env(name, default, conv=str):
+    v = os.environ.get(name)
+    return conv(v) if v not in (None, "") else default
+
+
+def floats(s: str) -> list[float]:
+    return [float(x) for x in s.split(",") if x.strip()]
+
+
+class Settings:
+    def __init__(self, smoke: bool):
+        self.smoke = smoke
+        S = lambda full, small: small if smoke else full  # noqa: E731
+        self.models = env("BENCH_MODELS", S("squeezenet,resnet50", "squeezenet")).split(",")
+        self.systems = env("BENCH_SYSTEMS", S("kneepoint,triton,ray", "kneepoint,stub")).split(",")
+        self.threads = env("BENCH_THREADS", 1, int)
+        self.front_cpu = env("BENCH_FRONT_CPU", 0, int)
+        self.worker_cpu = env("BENCH_WORKER_CPU", 1, int)
+        self.max_batch = env("BENCH_MAX_BATCH", 8, int)
+        self.batch_delay_us = env("BENCH_BATCH_DELAY_US", 500, int)
+        self.engine_batches = env("BENCH_ENGINE_BATCHES", S("1,2,4,8", "1,2"))
+        self.engine_seconds = env("BENCH_ENGINE_SECONDS", S(3.0, 0.3), float)
+        self.warmup_s = env("BENCH_WARMUP_S", S(5.0, 0.5), float)
+        self.window_s = env("BENCH_WINDOW_S", S(2.5, 0.5), float)
+        self.window_max_s = env("BENCH_WINDOW_MAX_S", S(8.0, 0.5), float)
+        self.window_requests = env("BENCH_WINDOW_REQUESTS", S(150, 5), int)
+        self.min_windows = env("BENCH_MIN_WINDOWS", S(3, 2), int)
+        self.max_windows = max(self.min_windows, env("BENCH_MAX_WINDOWS", S(4, 2), int))
+        self.stability = env("BENCH_STABILITY", 0.10, float)
+        self.sweep = floats(env("BENCH_SWEEP", S("0.5,0.8,0.9,1.0,1.1", "0.1,0.2")))
+        self.refine = env("BENCH_REFINE", S(2, 0), int)
+        self.points = floats(env("BENCH_POINTS", S("0.25,0.5,0.75,0.9", "0.25,0.5")))
+        self.connections = env("BENCH_CONNECTIONS", S(64, 8), int)
+        self.busy_poll = env("BENCH_KP_BUSY_POLL", 0, int) == 1
+        self.install = env("BENCH_INSTALL_PEERS", S(1, 0), int) == 1
+        self.update_docs = env("BENCH_UPDATE_DOCS", S(1, 0), int) == 1
+        bad = [s for s in self.systems if s not in SYSTEMS]
+        if bad:
+            raise SystemExit(f"bench: unknown systems {bad} (known: {', '.join(SYSTEMS)})")
+
+    def as_dict(self):
+        return dict(vars(self))
+
+
+# --- processes --------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def children_map() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                st = open(f"/proc/{d}/stat").read()
+                ppid = int(st[st.rindex(")") + 2:].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def descendants(roots: list[int]) -> list[int]:
+    kids = children_map()
+    out, todo = [], list(roots)
+    while todo:
+        p = todo.pop()
+        if p in out or not os.path.exists(f"/proc/{p}"):
+            continue
+        out.append(p)
+        todo.extend(kids.get(p, []))
+    return out
+
+
+def cpu_ticks(pid: int) -> int:
+    try:
+        st = open(f"/proc/{pid}/stat").read()
+        f = st[st.rindex(")") + 2:].split()
+        return int(f[11]) + int(f[12])  # utime + stime, all threads
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def comm(pid: int) -> str:
+    try:
+        return open(f"/proc/{pid}/comm").read().strip()
+    except OSError:
+        return ""
+
+
+def pin_process(pid: int, cpu: int) -> int:
+    """Every thread of pid onto cpu (threads made later inherit it)."""
+    n = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+            n += 1
+        except OSError:
+            pass
+    return n
+
+
+def wait_for_line(path: Path, text: str, proc: subprocess.Popen, what: str, timeout: float) -> str:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if path.exists():
+            for line in path.read_text(errors="replace").splitlines():
+                if text in line:
+                    return line
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited ({proc.returncode}) before '{text}': {tail(path)}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{what}: no '{text}' within {timeout:.0f} s: {tail(path)}")
+
+
+def tail(path: Path, n: int = 6) -> str:
+    try:
+        lines = [l for l in path.read_text(errors="replace").splitlines() if l.strip()]
+    except OSError:
+        return "(no log)"
+    return " | ".join(lines[-n:])
+
+
+def stop_proc(proc: subprocess.Popen | None, timeout: float = 30.0, also: list[int] | None = None):
+    """SIGTERM, wait, SIGKILL; then SIGKILL any of `also` (processes it
+    started, found before stopping it) still alive."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for p in also or []:
+        try:
+            os.kill(p, 0)
+        except OSError:
+            continue
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and os.path.exists(f"/proc/{p}"):
+            time.sleep(0.1)
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+# --- systems ----------------------------------------------------------------
+
+class System:
+    """One server under test for one model: start, client command, CPU, stop."""
+
+    name = "?"
+
+    def __init__(self, s: Settings, model: dict, out: Path):
+        self.s, self.model, self.out = s, model, out
+        self.logs = out / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.roots: list[int] = []
+        self.workers: set[int] = set()
+        self.version: dict = {}
+
+    def log(self, what: str) -> Path:
+        return self.logs / f"{self.model['name']}-{self.name}-{what}.log"
+
+    def cpu_sample(self) -> dict[int, tuple[int, bool]]:
+        return {p: (cpu_ticks(p), p in self.workers) for p in descendants(self.roots)}
+
+    def http_client(self, url: str, fmt: str, rate: float, seconds: float, seed: int, timeout_s: float):
+        return ["taskset", "-c", str(self.s.front_cpu), str(bin_path("kp-http-load")), "--url", url,
+                "--format", fmt, "--rate", f"{rate:.3f}", "--duration", f"{seconds:.3f}s",
+                "--timeout", f"{timeout_s:.3f}s", "--connections", str(self.s.connections),
+                "--seed", str(seed), "--json"]
+
+
+def bin_path(name: str) -> Path:
+    return REPO / "target" / os.environ.get("PROFILE", "release") / name
+
+
+class Kneepoint(System):
+    name = "kneepoint"
+
+    def start(self):
+        s, m = self.s, self.model
+        tag = f"{os.getpid() % 100000}"
+        self.net = f"kpbp{tag}"
+        self.prefix = f"kp-bp-{tag}"
+        out = subprocess.run([str(REPO / "scripts/netns.sh"), "up", self.net], capture_output=True, text=True)
+        if out.returncode:
+            raise RuntimeError(f"netns.sh up: {out.stderr.strip()}")
+        self.netf = dict(l.split("=", 1) for l in out.stdout.split() if "=" in l)
+        ctl = f"ipc://{self.out / f'ifm-{tag}.sock'}"
+        busy = ["--busy-poll"] if s.busy_poll else []
+        eal = ["--file-prefix", self.prefix, "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"]
+        self.ifm_log, self.if_log = self.log("if-manager"), self.log("kp-if")
+        self.ifm = subprocess.Popen(
+            ["ip", "netns", "exec", self.netf["PLATFORM_NS"], str(bin_path("if-manager")), *busy,
+             "--control", ctl, "--ip", self.netf["PLATFORM_IP"], "--", "--lcores", f"0@{s.front_cpu}", *eal,
+             "--vdev", f"net_af_packet0,iface={self.netf['PLATFORM_IF']}"],
+            stdout=open(self.log("if-manager-report"), "w"), stderr=open(self.ifm_log, "w"))
+        wait_for_line(self.ifm_log, "if-manager: ready", self.ifm, "if-manager", 60)
+        self.kpif = subprocess.Popen(
+            ["ip", "netns", "exec", self.netf["PLATFORM_NS"], str(bin_path("kp-if")), *busy,
+             "--model", str(m["config"]), "--control", ctl, "--slo-ms", f"{m['slo_ms']:g}",
+             "--threads", str(s.threads), "--max-batch", str(s.max_batch), "--cores", str(s.worker_cpu),
+             "--", "--lcores", f"1@{s.worker_cpu}", "--proc-type", "secondary", *eal],
+            stdout=open(self.log("kp-if-report"), "w"), stderr=open(self.if_log, "w"))
+        wait_for_line(self.if_log, "kp-if: ready", self.kpif, "kp-if", 120)
+        self.roots = [self.ifm.pid, self.kpif.pid]
+        self.workers = {self.kpif.pid}
+        self.version = {"kneepoint": git_rev(), "dpdk_pmd": "net_af_packet (veth)",
+                        "busy_poll": s.busy_poll}
+
+    def client(self, rate, seconds, seed, first_id, timeout_s):
+        return ["ip", "netns", "exec", self.netf["CLIENT_NS"], "taskset", "-c", str(self.s.front_cpu),
+                str(bin_path("kp-client")), "--dst", f"{self.netf['PLATFORM_IP']}:9000",
+                "--if-id", str(self.model["if_id"]), "--rate", f"{rate:.3f}", "--duration", f"{seconds:.3f}s",
+                "--timeout", f"{timeout_s:.3f}s", "--input", "synthetic", "--seed", str(seed),
+                "--first-request-id", str(first_id), "--json"]
+
+    def stop(self):
+        stop_proc(getattr(self, "kpif", None))
+        stop_proc(getattr(self, "ifm", None))
+        if getattr(self, "net", None):
+            subprocess.run([str(REPO / "scripts/netns.sh"), "down", self.net], capture_output=True)
+        for p in Path("/dev/hugepages").glob(f"{getattr(self, 'prefix', 'none')}*"):
+            p.unlink(missing_ok=True)
+        shutil.rmtree(f"/var/run/dpdk/{getattr(self, 'prefix', 'none')}", ignore_errors=True)
+
+
+class Triton(System):
+    name = "triton"
+
+    def start(self):
+        s, m = self.s, self.model
+        py = peer_python("triton")
+        site = Path(subprocess.run([str(py), "-c", "import pytriton,os;print(os.path.dirname(pytriton.__file__))"],
+                                   capture_output=True, text=True, check=True).stdout.strip())
+        dist = site / "tritonserver"
+        pyver = subprocess.run([str(py), "-c", "import sys;print(f'{sys.version_info[0]}.{sys.version_info[1]}')"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        stub = dist / "python_backend_stubs" / pyver / "triton_python_backend_stub"
+        if not stub.exists():
+            raise RuntimeError(f"nvidia-pytriton has no Python-backend stub for Python {pyver} ({stub})")
+        root = self.out / "triton"
+        backends = root / "backends"
+        shutil.rmtree(backends, ignore_errors=True)
+        shutil.copytree(dist / "backends", backends)
+        shutil.copy(stub, backends / "python" / "triton_python_backend_stub")
+        repo = root / "repo" / m["name"]
+        shutil.rmtree(root / "repo", ignore_errors=True)
+        write_triton_model(repo, m, s)
+        self.port = free_port()
+        envv = dict(os.environ)
+        # As pytriton runs it: the wheel's bundled libraries, and the venv's
+        # bin/ first in PATH so that the stub's embedded Python finds the
+        # venv (numpy, onnxruntime).
+        envv["LD_LIBRARY_PATH"] = f"{site.parent / 'nvidia_pytriton.libs'}:" + envv.get("LD_LIBRARY_PATH", "")
+        envv["PATH"] = f"{py.parent}:{envv['PATH']}"
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", str(s.front_cpu), str(dist / "bin" / "tritonserver"),
+             f"--model-repository={root / 'repo'}", f"--backend-directory={backends}",
+             f"--http-port={self.port}", "--http-address=127.0.0.1", "--allow-grpc=false",
+             "--allow-metrics=false", "--allow-gpu-metrics=false", "--pinned-memory-pool-byte-size=0",
+             "--backend-config=python,shm-default-byte-size=16777216", "--log-verbose=0"],
+            stdout=open(self.log("tritonserver"), "w"), stderr=subprocess.STDOUT, env=envv,
+            start_new_session=True)
+        base = f"http://127.0.0.1:{self.port}"
+        end = time.monotonic() + 180
+        while True:
+            if self.proc.poll() is not None:
+                errs = [l for l in self.log("tritonserver").read_text(errors="replace").splitlines()
+                        if l.startswith("E") or "rror" in l]
+                raise RuntimeError(f"tritonserver exited ({self.proc.returncode}): {' | '.join(errs[-4:])}")
+            try:
+                if urllib.request.urlopen(f"{base}/v2/models/{m['name']}/ready", timeout=2).status == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() > end:
+                raise RuntimeError(f"tritonserver not ready in 180 s: {tail(self.log('tritonserver'))}")
+            time.sleep(0.3)
+        info = json.loads(urllib.request.urlopen(f"{base}/v2", timeout=5).read())
+        stubs = [p for p in descendants([self.proc.pid]) if comm(p).startswith("triton_python")]
+        if len(stubs) != 1:
+            raise RuntimeError(f"expected one Python-backend stub process, found {stubs}")
+        pin_process(stubs[0], s.worker_cpu)
+        self.roots, self.workers = [self.proc.pid], set(stubs)
+        self.url = f"{base}/v2/models/{m['name']}/infer"
+        self.version = {"tritonserver": info.get("version"), "nvidia-pytriton": dist_version(py, "nvidia-pytriton"),
+                        "onnxruntime": dist_version(py, "onnxruntime"), "python_backend_python": pyver,
+                        "dynamic_batching": {"max_batch_size": s.max_batch,
+                                             "max_queue_delay_microseconds": s.batch_delay_us}}
+
+    def client(self, rate, seconds, seed, first_id, timeout_s):
+        return self.http_client(self.url, "triton", rate, seconds, seed, timeout_s)
+
+    def stop(self):
+        stop_proc(getattr(self, "proc", None), also=descendants([self.proc.pid]) if hasattr(self, "proc") else [])
+
+
+def write_triton_model(repo: Path, m: dict, s: Settings):
+    """A Triton model repository entry: config.pbtxt + version 1 (model.py)."""
+    (repo / "1").mkdir(parents=True, exist_ok=True)
+    shutil.copy(BENCH / "peers" / "triton" / "model.py", repo / "1" / "model.py")
+    shutil.copy(BENCH / "peers" / "kp_peer_model.py", repo / "1" / "kp_peer_model.py")
+    c, h, w = m["shape"]
+    # Dynamic batcher as Triton's docs advise: batches up to max_batch_size,
+    # a short max_queue_delay_microseconds to let a batch form; no preferred
+    # sizes (they only matter where some sizes are much faster; on this CPU
+    # larger batches are not faster per image, see the engine limit).
+    (repo / "config.pbtxt").write_text(f"""name: "{m['name']}"
+backend: "python"
+max_batch_size: {s.max_batch}
+input [ {{ name: "INPUT" data_type: TYPE_UINT8 dims: [ {h}, {w}, {c} ] }} ]
+output [
+  {{ name: "CLASSES" data_type: TYPE_INT32 dims: [ {m['top_k']} ] }},
+  {{ name: "SCORES" data_type: TYPE_FP32 dims: [ {m['top_k']} ] }}
+]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+dynamic_batching {{ max_queue_delay_microseconds: {s.batch_delay_us} }}
+parameters: {{ key: "kp_config" value: {{ string_value: "{m['config']}" }} }}
+parameters: {{ key: "threads" value: {{ string_value: "{s.threads}" }} }}
+""")
+
+
+class RayServe(System):
+    name = "ray"
+
+    def start(self):
+        s, m = self.s, self.model
+        py = peer_python("ray")
+        self.port = free_port()
+        envv = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", str(s.front_cpu), str(py), str(BENCH / "peers" / "ray_serve.py"),
+             "--config", str(m["config"]), "--port", str(self.port), "--threads", str(s.threads),
+             "--max-batch", str(s.max_batch), "--batch-wait-us", str(s.batch_delay_us)],
+            stdout=open(self.log("ray"), "w"), stderr=subprocess.STDOUT, env=envv, start_new_session=True)
+        line = wait_for_line(self.log("ray"), "ray-serve: ready", self.proc, "ray serve", 240)
+        replica = int(line.split("replica_pid=")[1].split()[0])
+        pin_process(replica, s.worker_cpu)
+        self.roots, self.workers = [self.proc.pid], {replica}
+        if replica not in descendants(self.roots):
+            self.roots.append(replica)
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.version = {"ray": dist_version(py, "ray"), "onnxruntime": dist_version(py, "onnxruntime"),
+                        "serve.batch": {"max_batch_size": s.max_batch, "batch_wait_timeout_s": s.batch_delay_us / 1e6},
+                        "max_ongoing_requests": 64}
+
+    def client(self, rate, seconds, seed, first_id, timeout_s):
+        return self.http_client(self.url, "raw", rate, seconds, seed, timeout_s)
+
+    def stop(self):
+        if hasattr(self, "proc"):
+            stop_proc(self.proc, timeout=60, also=descendants(self.roots))
+
+
+class Stub(System):
+    name = "stub"
+
+    def start(self):
+        s, m = self.s, self.model
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", str(s.worker_cpu), sys.executable, str(BENCH / "peers" / "stub_server.py"),
+             "--config", str(m["config"]), "--port", str(self.port), "--threads", str(s.threads)],
+            stdout=open(self.log("stub"), "w"), stderr=subprocess.STDOUT)
+        wait_for_line(self.log("stub"), "stub: ready", self.proc, "stub server", 60)
+        self.roots, self.workers = [self.proc.pid], {self.proc.pid}
+        self.url = f"http://127.0.0.1:{self.port}/"
+        self.version = {"python": platform.python_version()}
+
+    def client(self, rate, seconds, seed, first_id, timeout_s):
+        return self.http_client(self.url, "raw", rate, seconds, seed, timeout_s)
+
+    def stop(self):
+        stop_proc(getattr(self, "proc", None))
+
+
+SYSTEM_CLASSES = {"kneepoint": Kneepoint, "triton": Triton, "ray": RayServe, "stub": Stub}
+
+
+# --- peers' venvs -----------------------------------------------------------
+
+class PeerUnavailable(Exception):
+    pass
+
+
+def peer_python(peer: str) -> Path:
+    return PEER_VENVS / peer / "bin" / "python"
+
+
+def dist_version(py: Path, dist: str) -> str | None:
+    out = subprocess.run([str(py), "-c", f"import importlib.metadata as m; print(m.version({dist!r}))"],
+                         capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def peer_ready(peer: str) -> bool:
+    py = peer_python(peer)
+    if not py.exists():
+        return False
+    want = {p.split("==")[0].split("[")[0]: p.split("==")[1] for p in PEER_PACKAGES[peer] if "==" in p}
+    return all(dist_version(py, d) == v for d, v in want.items())
+
+
+def ensure_peer(peer: str, install: bool) -> None:
+    """The peer's venv, installed from PyPI if missing (raises PeerUnavailable)."""
+    if peer_ready(peer):
+        return
+    if not install:
+        raise PeerUnavailable(f"not installed in {PEER_VENVS / peer} (BENCH_INSTALL_PEERS=0)")
+    venv = PEER_VENVS / peer
+    say(f"installing {peer} into {venv}: {' '.join(PEER_PACKAGES[peer])}")
+    base = getattr(sys, "_base_executable", None) or shutil.which("python3")
+    steps = [[base, "-m", "venv", str(venv)],
+             [str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", *PEER_PACKAGES[peer]]]
+    for cmd in steps:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode:
+            msg = [l for l in (r.stderr + r.stdout).splitlines() if l.strip()][-6:]
+            raise PeerUnavailable(f"`{' '.join(cmd[-3:])}` failed ({r.returncode}): {' | '.join(msg)}")
+    if not peer_ready(peer):
+        raise PeerUnavailable(f"installed, but the versions in {venv} do not match {PEER_PACKAGES[peer]}")
+
+
+def perf_analyzer_note(install: bool) -> str:
+    """Why the peers are driven by kp-http-load and not Triton's
+    perf_analyzer: what pip says when asked for it here."""
+    why = "not tried (BENCH_INSTALL_PEERS=0)"
+    if install:
+        r = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--disable-pip-version-check",
+                            "-d", str(PEER_VENVS / "wheels"), f"perf-analyzer=={PERF_ANALYZER}"],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            why = f"pip found a perf-analyzer {PERF_ANALYZER} wheel for this machine; kp-http-load is used all the same"
+        else:
+            err = [l.strip() for l in r.stderr.splitlines() if l.strip().startswith("ERROR")][:1]
+            why = f"pip: `{err[0] if err else r.stderr.strip()[-200:]}`"
+    libc = "-".join(platform.libc_ver())
+    return (f"perf_analyzer {PERF_ANALYZER} ships only a manylinux_2_38 wheel (it needs glibc 2.38 and "
+            f"GLIBCXX_3.4.32; this machine has {libc}): {why}. Both peers are driven by kp-http-load "
+            "(scripts/traffic), an open-loop HTTP generator like perf_analyzer --request-rate-range with "
+            "Poisson arrivals.")
+
+
+# --- measuring --------------------------------------------------------------
+
+def git_rev() -> str:
+    r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return r.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def load_model(name: str) -> dict:
+    config = REPO / "models" / name / "config.toml"
+    if not config.exists():
+        raise SystemExit(f"bench: {config} is missing: run `make models`")
+    c = tomllib.loads(config.read_text())
+    return {"name": name, "config": config, "if_id": c["if_id"], "slo_ms": float(c["slo_ms"]),
+            "top_k": int(c.get("top_k", 5)), "shape": c["input"]["shape"]}
+
+
+def engine_limit(s: Settings, m: dict) -> list[dict]:
+    r = subprocess.run(["taskset", "-c", str(s.worker_cpu), sys.executable, str(BENCH / "engine_limit.py"),
+                        "--config", str(m["config"]), "--threads", str(s.threads),
+                        "--batches", s.engine_batches, "--seconds", str(s.engine_seconds)],
+                       capture_output=True, text=True)
+    if r.returncode:
+        raise RuntimeError(f"engine_limit.py failed: {r.stderr.strip()[-500:]}")
+    return [json.loads(l) for l in r.stdout.splitlines() if l.strip()]
+
+
+class Runner:
+    """Drives one system through warm-up, sweep, bisection and points."""
+
+    def __init__(self, s: Settings, sysm: System, m: dict, limit: float, out: Path):
+        self.s, self.sys, self.m, self.limit, self.out = s, sysm, m, limit, out
+        self.timeout_s = max(2.0, 10 * m["slo_ms"] / 1000)
+        self.level = 0
+        self.window_no = 0
+        self.levels: list[dict] = []
+
+    def window(self, rate: float, seconds: float, phase: str, label: str, w: int) -> dict:
+        self.window_no += 1
+        seed = self.window_no
+        cmd = self.sys.client(rate, seconds, seed, self.window_no * 1_000_000 + 1, self.timeout_s)
+        before = self.sys.cpu_sample()
+        ru0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 4 * self.timeout_s + 60)
+        wall = time.monotonic() - t0
+        ru1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        after = self.sys.cpu_sample()
+        if r.returncode:
+            raise RuntimeError(f"load generator failed ({r.returncode}): {r.stderr.strip()[-400:]}")
+        rep = json.loads(r.stdout.strip().splitlines()[-1])
+        srv = sum(t - before.get(p, (0, False))[0] for p, (t, _) in after.items()) / HZ
+        wrk = sum(t - before.get(p, (0, False))[0] for p, (t, isw) in after.items() if isw) / HZ
+        ok = int(rep["status"].get("ok", 0))
+        span = float(rep.get("answer_span_s") or 0) or seconds
+        rtt = rep["rtt_us"]
+        row = {
+            "model": self.m["name"], "system": self.sys.name, "level": self.level, "phase": phase,
+            "label": label, "window": w, "offered_rps": round(rate, 3), "seconds": round(seconds, 3),
+            "seed": seed, "sent": rep["sent"], "ok": ok, "errors": int(rep["answered"]) - ok,
+            "unanswered": rep["unanswered"], "ok_per_s": round(ok / span, 3),
+            "p50_ms": rtt["p50"] / 1000, "p90_ms": rtt["p90"] / 1000, "p99_ms": rtt["p99"] / 1000,
+            "max_ms": rtt["max"] / 1000, "mean_batch": rep.get("mean_batch_size") or "",
+            "lag_p99_ms": rep["lag_us"]["p99"] / 1000 if "lag_us" in rep else "",
+            "statuses": json.dumps({k: v for k, v in rep["status"].items() if v} | (
+                {"unanswered": rep["unanswered"]} if rep["unanswered"] else {}), sort_keys=True),
+            "server_cpu_s": round(srv, 3), "worker_cpu_s": round(wrk, 3),
+            "client_cpu_s": round((ru1.ru_utime + ru1.ru_stime) - (ru0.ru_utime + ru0.ru_stime), 3),
+            "loadavg1": os.getloadavg()[0], "wall_s": round(wall, 3),
+        }
+        append_csv(self.out / "windows.csv", WINDOW_FIELDS, row)
+        return row
+
+    def run_level(self, rate: float, phase: str, label: str = "") -> dict:
+        self.level += 1
+        seconds = min(self.s.window_max_s, max(self.s.window_s, self.s.window_requests / rate))
+        ws = []
+        while len(ws) < self.s.max_windows:
+            ws.append(self.window(rate, seconds, phase, label, len(ws) + 1))
+            if len(ws) >= self.s.min_windows and (len(ws) < 3 or report.stable(ws, self.s.stability)):
+                break
+            if len(ws) >= 3 and report.aggregate(ws, self.m["slo_ms"])["error_frac"] > 0.5:
+                break  # far past capacity: more windows will not agree
+        lv = report.aggregate(ws, self.m["slo_ms"], self.s.stability)
+        lv.update(model=self.m["name"], system=self.sys.name, level=self.level, phase=phase, label=label)
+        append_csv(self.out / "levels.csv", LEVEL_FIELDS, lv)
+        say(f"  {self.sys.name:9s} {phase:6s} {rate:8.1f} req/s: OK {lv['ok_per_s']:7.1f}/s  p50/p90/p99 "
+            f"{lv['p50_ms']:7.1f} {lv['p90_ms']:7.1f} {lv['p99_ms']:7.1f} ms  failed {100 * lv['error_frac']:4.1f}%  "
+            f"{'meets SLO' if lv['meets_slo'] else 'misses SLO'}{'' if lv['stable'] else ' (unstable)'}")
+        self.levels.append(lv)
+        if lv["failed"]:
+            time.sleep(min(self.timeout_s, 5.0))  # let a backlog the client gave up on drain
+        return lv
+
+    def run(self) -> dict:
+        s, E = self.s, self.limit
+        if s.warmup_s > 0:
+            self.window(0.3 * E, s.warmup_s, "warmup", "", 1)
+        last_ok, first_bad = None, None
+        for f in s.sweep:
+            lv = self.run_level(f * E, "sweep", f"{f:g}")
+            if lv["meets_slo"]:
+                last_ok = lv
+            else:
+                first_bad = lv
+                break
+        if last_ok is None and first_bad is not None:
+            rate = first_bad["offered_rps"]
+            for _ in range(5):
+                rate /= 2
+                if rate < 0.5:
+                    break
+                lv = self.run_level(rate, "down")
+                if lv["meets_slo"]:
+                    last_ok = lv
+                    break
+                first_bad = lv
+        if last_ok is not None and first_bad is not None:
+            lo, hi = last_ok["offered_rps"], first_bad["offered_rps"]
+            for _ in range(s.refine):
+                mid = (lo + hi) / 2
+                if self.run_level(mid, "refine")["meets_slo"]:
+                    lo = mid
+                else:
+                    hi = mid
+        cap = report.capacity(self.levels)
+        if cap is not None:
+            for p in s.points:
+                self.run_level(p * cap["ok_per_s"], "point", f"{p:g}")
+        return {"capacity": cap}
+
+
+def append_csv(path: Path, fields: list[str], row: dict):
+    new = not path.exists()
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
+def read_csv(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+# --- the report -------------------------------------------------------------
+
+def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
+    """report.md, summary.{csv,json} and the plots, from the CSVs in out."""
+    engine = read_csv(out / "engine.csv")
+    windows = read_csv(out / "windows.csv")
+    docs.mkdir(parents=True, exist_ok=True)
+    models = []
+    summary_rows = []
+    for name in meta["models"]:
+        m = meta["model_info"][name]
+        eng = [{k: (float(v) if k not in ("model",) else v) for k, v in r.items()} for r in engine
+               if r["model"] == name]
+        for r in eng:
+            r["batch"] = int(r["batch"])
+        best = max((r["images_per_s"] for r in eng), default=None)
+        systems, series = [], {}
+        for sysname in meta["systems"]:
+            err = meta.get("errors", {}).get(f"{name}/{sysname}")
+            ws = [w for w in windows if w["model"] == name and w["system"] == sysname and w["phase"] != "warmup"]
+            groups: dict[str, list[dict]] = {}
+            for w in ws:
+                groups.setdefault(w["level"], []).append(w)
+            levels = []
+            for lvl, g in groups.items():
+                lv = report.aggregate(g, m["slo_ms"], s.stability)
+                lv.update(phase=g[0]["phase"], label=g[0]["label"], level=int(lvl))
+                levels.append(lv)
+            if err and not levels:
+                systems.append({"system": sysname, "error": err})
+                continue
+            cap = report.capacity(levels)
+            points = {lv["label"]: lv for lv in levels if lv["phase"] == "point"}
+            # CPU per request: at the 90% point (busy, within the SLO), else
+            # the capacity level.
+            cpu_level = points.get(f"{max(s.points):g}") if s.points else None
+            systems.append({"system": sysname, "capacity": cap, "points": points, "levels": levels,
+                            "cpu_level": cpu_level or cap, "error": None if levels else err})
+            series[sysname] = levels
+            row = {"model": name, "system": sysname, "slo_ms": m["slo_ms"], "engine_limit_img_s": best,
+                   "capacity_ok_per_s": cap["ok_per_s"] if cap else "", "capacity_offered_rps":
+                   cap["offered_rps"] if cap else "", "capacity_p99_ms": cap["p99_ms"] if cap else "",
+                   "capacity_vs_engine": cap["ok_per_s"] / best if cap and best else "",
+                   "server_cpu_ms_per_req": (cpu_level or cap or {}).get("server_cpu_ms_per_req", ""),
+                   "worker_cpu_ms_per_req": (cpu_level or cap or {}).get("worker_cpu_ms_per_req", ""),
+                   "error": err or ""}
+            for p in s.points:
+                lv = points.get(f"{p:g}")
+                for k in ("offered_rps", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "error_frac", "meets_slo"):
+                    row[f"at{int(round(100 * p))}_{k}"] = lv[k] if lv else ""
+            summary_rows.append(row)
+        plot = None
+        if series:
+            svg = report.svg_plot(name, m["slo_ms"], best, series,
+                                  f"{s.threads} intra-op thread; inference on CPU {s.worker_cpu}, front ends and "
+                                  f"load generator on CPU {s.front_cpu}; {meta['machine']['cpu']}")
+            (docs / f"peers-{name}.svg").write_text(svg)
+            (out / f"peers-{name}.svg").write_text(svg)
+            plot = os.path.relpath(docs / f"peers-{name}.svg", REPO / "docs")
+        models.append({"model": name, "slo_ms": m["slo_ms"], "engine": eng, "systems": systems,
+                       "points": s.points, "plot": plot})
+    if summary_rows:
+        fields = list(dict.fromkeys(k for r in summary_rows for k in r))
+        with open(out / "summary.csv", "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            w.writerows(summary_rows)
+    json.dump({"meta": meta, "models": models}, open(out / "summary.json", "w"), indent=1, default=str)
+    md = header_markdown(meta, s) + "\n" + "\n".join(report.model_markdown(m) for m in models)
+    (out / "report.md").write_text(md)
+    return md
+
+
+def header_markdown(meta: dict, s: Settings) -> str:
+    mc, v = meta["machine"], meta["versions"]
+    peers = []
+    for p in ("triton", "ray"):
+        if p in meta["systems"]:
+            st = meta["peers"].get(p, {})
+            peers.append(f"{p}: " + (", ".join(f"{k} {val}" for k, val in st.get("versions", {}).items()
+                                               if not isinstance(val, dict)) or st.get("error", "?")))
+    dur = meta.get("wall_s")
+    L = [f"Measured {meta['started']} by `make bench` (bench/bench.py{' --smoke' if s.smoke else ''})"
+         + (f", {dur / 60:.1f} min" if dur else "") + f"; git {meta['git']}.",
+         "",
+         f"- **Machine**: {mc['cpu']}, {mc['nproc']} CPUs, {mc['mem_gib']} GiB, Linux {mc['kernel']}, "
+         f"Debian {mc['debian']}; load average {' / '.join(f'{x:.2f}' for x in meta['loadavg_start'])} at the "
+         f"start, {' / '.join(f'{x:.2f}' for x in meta.get('loadavg_end', [0, 0, 0]))} at the end "
+         "(the machine is shared: read ratios, not last digits).",
+         f"- **Versions**: onnxruntime {v['onnxruntime']} everywhere (same session options as libml: "
+         f"{s.threads} intra-op thread, 1 inter-op, sequential, ORT_ENABLE_ALL, no spinning); "
+         + "; ".join(peers) + ".",
+         f"- **Cores**: inference (kp-if / Triton's Python-backend stub / the Ray Serve replica, and the engine "
+         f"limit) on CPU {s.worker_cpu}; the load generator and each system's front end (if-manager / "
+         f"tritonserver / Ray's proxy, raylet, GCS, controller) on CPU {s.front_cpu}.",
+         f"- **Batching**: at most {s.max_batch} per batch everywhere; Triton's dynamic batcher "
+         f"max_queue_delay_microseconds {s.batch_delay_us}, Ray @serve.batch batch_wait_timeout_s "
+         f"{s.batch_delay_us / 1e6:g}; kneepoint's policy batches under the SLO (kp-if --slo-ms).",
+         "- **Load**: open loop, Poisson arrivals, the same synthetic 224×224×3 RGB u8 images (same seeds): "
+         "kp-client over UDP for kneepoint, kp-http-load over HTTP/1.1 keep-alive for both peers "
+         f"({s.connections} connections; Triton: KServe v2 binary tensor; Ray: raw body). Latency is the "
+         "client's round trip, from the request's scheduled time.",
+         f"- **Levels**: windows of {s.window_s:g}–{s.window_max_s:g} s (≥ {s.window_requests} requests), "
+         f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
+         f"figures are the means of the last three. Warm-up {s.warmup_s:g} s per system. A level meets the "
+         "SLO when p99 ≤ SLO, ≤ 1% of requests failed (non-OK answer, e.g. kneepoint's OVERLOADED, or none "
+         "in time) and OK ≥ 95% of offered. ✗ marks a point that misses it.",
+         "- **CPU per request**: CPU time (utime + stime) of all the system's processes over the windows of "
+         f"its {int(round(100 * max(s.points))) if s.points else 90}% point, per OK answer; in brackets the "
+         "inference process alone. The load generator is not counted.",
+         "- Raw data: target/bench/peers/ (windows.csv, levels.csv, summary.csv, engine.csv, logs/).",
+         ""]
+    errs = meta.get("errors", {})
+    if errs:
+        L += ["Not measured:", ""] + [f"- {k}: `{e}`" for k, e in errs.items()] + [""]
+    notes = meta.get("notes", [])
+    if notes:
+        L += [f"- {n}" for n in notes] + [""]
+    return "\n".join(L)
+
+
+def machine_info() -> dict:
+    cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")]
+    mem = [int(l.split()[1]) for l in open("/proc/meminfo") if l.startswith("MemTotal")]
+    try:
+        debian = Path("/etc/debian_version").read_text().strip()
+    except OSError:
+        debian = "?"
+    return {"cpu": cpu[0] if cpu else platform.processor(), "nproc": os.cpu_count(),
+            "mem_gib": round(mem[0] / 2**20) if mem else None, "kernel": platform.release(), "debian": debian}
+
+
+# --- main -------------------------------------------------------------------
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--smoke", action="store_true", help="tiny loads (what `make test` runs)")
+    ap.add_argument("--out", type=Path, help="results folder (default BENCH_OUT or target/bench/peers)")
+    ap.add_argument("--docs", type=Path, help="where the plots go (default BENCH_DOCS or docs/bench; "
+                    "with --smoke, OUT/docs)")
+    ap.add_argument("--report-only", action="store_true", help="only redraw the report from OUT's CSVs")
+    a = ap.parse_args()
+    s = Settings(a.smoke)
+    out = (a.out or Path(env("BENCH_OUT", str(REPO / "target/bench/peers")))).resolve()
+    docs = (a.docs or (out / "docs" if a.smoke else Path(env("BENCH_DOCS", str(REPO / "docs/bench"))))).resolve()
+
+    if a.report_only:
+        meta = json.loads((out / "meta.json").read_text())
+        md = build_report(out, docs, s, meta)
+        finish_docs(s, md, a.smoke)
+        print(md)
+        return 0
+
+    if os.geteuid() != 0 and "kneepoint" in s.systems:
+        raise SystemExit("bench: must run as root (network namespaces, DPDK hugepages)")
+    for b in ("if-manager", "kp-if", "kp-client", "kp-http-load"):
+        if not bin_path(b).exists():
+            raise SystemExit(f"bench: {bin_path(b)} is missing: run `make build`")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    t_start = time.monotonic()
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M %Z"), "git": git_rev(), "machine": machine_info(),
+            "loadavg_start": list(os.getloadavg()), "settings": s.as_dict(), "models": s.models,
+            "systems": s.systems, "versions": {"onnxruntime": importlib.metadata.version("onnxruntime")},
+            "peers": {}, "errors": {}, "model_info": {},
+            "notes": []}
+    say(f"results in {out}; load average {os.getloadavg()[0]:.2f}; systems {', '.join(s.systems)}; "
+        f"models {', '.join(s.models)}")
+
+    if "triton" in s.systems or "ray" in s.systems:
+        meta["notes"].append(perf_analyzer_note(s.install))
+    for peer in ("triton", "ray"):
+        if peer in s.systems:
+            try:
+                ensure_peer(peer, s.install)
+                py = peer_python(peer)
+                meta["peers"][peer] = {"versions": {d: dist_version(py, d) for d in PEER_DISTS[peer]}}
+            except PeerUnavailable as e:
+                meta["peers"][peer] = {"error": str(e)}
+                say(f"{peer}: unavailable: {e}")
+
+    for name in s.models:
+        m = load_model(name)
+        meta["model_info"][name] = {k: (str(v) if isinstance(v, Path) else v) for k, v in m.items()}
+        say(f"{name}: engine limit on CPU {s.worker_cpu} (batches {s.engine_batches}, {s.engine_seconds:g} s each)")
+        eng = engine_limit(s, m)
+        for r in eng:
+            append_csv(out / "engine.csv", ["model", "batch", "threads", "iterations", "median_ms", "p90_ms",
+                                            "p99_ms", "min_ms", "max_ms", "images_per_s"], r)
+            say(f"  batch {r['batch']}: {r['median_ms']:.2f} ms, {r['images_per_s']:.1f} img/s")
+        limit = max(r["images_per_s"] for r in eng)
+        for sysname in s.systems:
+            key = f"{name}/{sysname}"
+            if sysname in ("triton", "ray") and "error" in meta["peers"].get(sysname, {}):
+                meta["errors"][key] = meta["peers"][sysname]["error"]
+                continue
+            sysm = SYSTEM_CLASSES[sysname](s, m, out)
+            t0 = time.monotonic()
+            try:
+                say(f"{name}: {sysname}: starting")
+                sysm.start()
+                meta["peers"].setdefault(sysname, {}).setdefault("versions", {}).update(
+                    {k: v for k, v in sysm.version.items()})
+                say(f"{name}: {sysname}: up in {time.monotonic() - t0:.1f} s")
+                Runner(s, sysm, m, limit, out).run()
+            except Exception as e:  # noqa: BLE001 — recorded, the rest goes on
+                meta["errors"][key] = f"{type(e).__name__}: {e}"
+                say(f"{name}: {sysname}: FAILED: {e}")
+            finally:
+                sysm.stop()
+            say(f"{name}: {sysname}: {time.monotonic() - t0:.0f} s")
+            json.dump(meta, open(out / "meta.json", "w"), indent=1, default=str)
+
+    meta["loadavg_end"] = list(os.getloadavg())
+    meta["wall_s"] = time.monotonic() - t_start
+    json.dump(meta, open(out / "meta.json", "w"), indent=1, default=str)
+    md = build_report(out, docs, s, meta)
+    finish_docs(s, md, a.smoke)
+    print(md)
+    say(f"done in {meta['wall_s'] / 60:.1f} min; report {out / 'report.md'}")
+    return smoke_check(out, meta) if a.smoke else 0
+
+
+def smoke_check(out: Path, meta: dict) -> int:
+    """What `make test` asserts of a smoke run: every system started and was
+    measured at every level, every request got an answer, and kneepoint's
+    were all OK (the loads are a fraction of the engine limit)."""
+    problems = [f"{k}: {e}" for k, e in meta["errors"].items()]
+    windows = [w for w in read_csv(out / "windows.csv") if w["phase"] != "warmup"]
+    for sysname in meta["systems"]:
+        for name in meta["models"]:
+            ws = [w for w in windows if w["system"] == sysname and w["model"] == name]
+            if not ws:
+                problems.append(f"{name}/{sysname}: no window measured")
+                continue
+            sent = sum(int(w["sent"]) for w in ws)
+            ok = sum(int(w["ok"]) for w in ws)
+            lost = sum(int(w["unanswered"]) for w in ws)
+            if sent == 0 or lost:
+                problems.append(f"{name}/{sysname}: {sent} sent, {lost} never answered")
+            if sysname == "kneepoint" and ok != sent:
+                problems.append(f"{name}/kneepoint: {ok} of {sent} requests answered OK")
+    if not (out / "report.md").exists() or not list((out / "docs").glob("peers-*.svg")):
+        problems.append("no report.md or plot")
+    for p in problems:
+        say(f"SMOKE FAILED: {p}")
+    if not problems:
+        say(f"smoke: OK ({len(windows)} windows)")
+    return 1 if problems else 0
+
+
+def finish_docs(s: Settings, md: str, smoke: bool):
+    if s.update_docs and not smoke:
+        doc = REPO / "docs" / "PERFORMANCE.md"
+        if report.update_doc(doc, md):
+            say(f"updated the side-by-side section of {doc}")
+        else:
+            say(f"{doc}: no bench-peers markers: section not updated (paste report.md)")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""Aggregation, markdown and SVG plots of bench/bench.py's measurements.
+
+Standard library only, so that the smoke test in `make test` exercises it
+with nothing installed. Terms:
+
+- a *window* is one run of the load generator at one offered rate
+  (kp-client or kp-http-load, a few seconds);
+- a *level* is one offered rate, measured in windows until the last three
+  agree (Triton perf_analyzer's convention: OK throughput and p99 latency of
+  each of the three within +-10% of their mean) or --max-windows ran; its
+  figures are the means over those last three windows, as perf_analyzer
+  reports them;
+- a level *meets the SLO* when its p99 latency is at most the model's SLO,
+  at most 1% of its requests failed (any answer other than OK — kneepoint's
+  OVERLOADED sheds, HTTP errors — or no answer within the timeout), and the
+  OK rate is at least 95% of the offered rate;
+- a system's *capacity* (max throughput with p99 <= SLO) is the highest OK
+  rate among its levels that meet the SLO.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from pathlib import Path
+
+STABILITY = 0.10
+MAX_ERROR = 0.01
+MIN_GOODPUT = 0.95
+
+# One colour per system, in the order they are usually listed.
+COLOURS = {"kneepoint": "#1b7837", "triton": "#2166ac", "ray": "#b2182b", "stub": "#7f7f7f"}
+NAMES = {"kneepoint": "kneepoint", "triton": "Triton", "ray": "Ray Serve", "stub": "stub (smoke)"}
+DASH = {"p50": "6,4", "p90": "2,3", "p99": ""}
+
+
+def stable(windows: list[dict], stability: float = STABILITY) -> bool:
+    """The last three windows' OK rate and p99 within +-stability of their mean."""
+    if len(windows) < 3:
+        return False
+    last = windows[-3:]
+    for key in ("ok_per_s", "p99_ms"):
+        vals = [float(w[key]) for w in last]
+        mean = sum(vals) / 3
+        if mean <= 0 or any(abs(v - mean) > stability * mean for v in vals):
+            return False
+    return True
+
+
+def aggregate(windows: list[dict], slo_ms: float, stability: float = STABILITY,
+              max_error: float = MAX_ERROR) -> dict:
+    """One level from its windows (see the module's docstring)."""
+    last = windows[-3:]
+    n = len(last)
+    sent = sum(int(w["sent"]) for w in last)
+    ok = sum(int(w["ok"]) for w in last)
+    failed = sum(int(w["errors"]) + int(w["unanswered"]) for w in last)
+    mean = lambda k: sum(float(w[k]) for w in last) / n  # noqa: E731
+    cpu = lambda k: sum(float(w[k]) for w in last)  # noqa: E731
+    offered = float(windows[0]["offered_rps"])
+    lvl = {
+        "offered_rps": offered,
+        "windows": len(windows),
+        "stable": stable(windows, stability),
+        "sent": sent,
+        "ok": ok,
+        "failed": failed,
+        "error_frac": failed / sent if sent else 1.0,
+        "ok_per_s": mean("ok_per_s"),
+        "p50_ms": mean("p50_ms"),
+        "p90_ms": mean("p90_ms"),
+        "p99_ms": mean("p99_ms"),
+        "server_cpu_ms_per_req": 1000 * cpu("server_cpu_s") / ok if ok else float("nan"),
+        "worker_cpu_ms_per_req": 1000 * cpu("worker_cpu_s") / ok if ok else float("nan"),
+        "client_cpu_ms_per_req": 1000 * cpu("client_cpu_s") / ok if ok else float("nan"),
+    }
+    lvl["meets_slo"] = bool(ok and lvl["p99_ms"] <= slo_ms and lvl["error_frac"] <= max_error
+                            and lvl["ok_per_s"] >= MIN_GOODPUT * offered)
+    return lvl
+
+
+def capacity(levels: list[dict]) -> dict | None:
+    """The level with the highest OK rate among those meeting the SLO."""
+    good = [lv for lv in levels if lv["meets_slo"]]
+    return max(good, key=lambda lv: lv["ok_per_s"]) if good else None
+
+
+# --- markdown ---------------------------------------------------------------
+
+def _f(v, nd=1):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{v:.{nd}f}"
+
+
+def model_markdown(m: dict) -> str:
+    """The section of one model: engine limit, the systems side by side."""
+    eng = m["engine"]
+    best = max(eng, key=lambda r: r["images_per_s"]) if eng else None
+    L = [f"#### {m['model']} (SLO {m['slo_ms']:g} ms)", ""]
+    if best:
+        L.append("Engine limit (ONNX Runtime alone, same thread and core): " + ", ".join(
+            f"batch {r['batch']}: {r['median_ms']:.2f} ms/batch, {r['images_per_s']:.1f} img/s" for r in eng)
+            + f". **Best: {best['images_per_s']:.1f} images/s at batch {best['batch']}.**")
+        L.append("")
+    pts = m["points"]
+    L.append("| system | capacity: max OK req/s with p99 ≤ SLO | % of engine limit | "
+             + " | ".join(f"p50 / p90 / p99 ms at {int(round(100 * p))}%" for p in pts)
+             + " | CPU ms per request: all server processes (inference process) |")
+    L.append("|---|---|---|" + "---|" * len(pts) + "---|")
+    for s in m["systems"]:
+        if s.get("error"):
+            L.append(f"| {NAMES.get(s['system'], s['system'])} | not measured: {s['error']} |"
+                     + " |" * (len(pts) + 2))
+            continue
+        cap = s["capacity"]
+        cells = []
+        for p in pts:
+            lv = s["points"].get(f"{p:g}")
+            if lv is None:
+                cells.append("-")
+            else:
+                flag = "" if lv["meets_slo"] else " ✗"
+                cells.append(f"{_f(lv['p50_ms'])} / {_f(lv['p90_ms'])} / {_f(lv['p99_ms'])}{flag}")
+        ref = s.get("cpu_level") or {}
+        cpu = f"{_f(ref.get('server_cpu_ms_per_req'), 2)} ({_f(ref.get('worker_cpu_ms_per_req'), 2)})"
+        capcell = f"**{_f(cap['ok_per_s'])}**" if cap else "none (no level met the SLO)"
+        pct = f"{100 * cap['ok_per_s'] / best['images_per_s']:.0f}%" if cap and best else "-"
+        L.append(f"| {NAMES.get(s['system'], s['system'])} | {capcell} | {pct} | " + " | ".join(cells)
+                 + f" | {cpu} |")
+    L.append("")
+    caps = {s["system"]: (s["capacity"] or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
+    kp = caps.get("kneepoint")
+    ratios = []
+    if kp:
+        for peer in ("triton", "ray"):
+            if caps.get(peer):
+                ratios.append(f"kneepoint / {NAMES[peer]} = **{kp / caps[peer]:.2f}×**")
+            elif peer in caps:
+                ratios.append(f"{NAMES[peer]} met the SLO at no level measured")
+        if best:
+            ratios.append(f"kneepoint / engine limit = **{kp / best['images_per_s']:.2f}**")
+    if ratios:
+        L += ["Capacity ratios: " + "; ".join(ratios) + ".", ""]
+    if m.get("plot"):
+        L += [f"![{m['model']}: latency percentiles vs offered load]({m['plot']})", ""]
+    return "\n".join(L)
+
+
+# --- SVG --------------------------------------------------------------------
+
+def _nice_step(span: float, n: int = 6) -> float:
+    raw = span / max(1, n)
+    mag = 10 ** math.floor(math.log10(raw)) if raw > 0 else 1
+    for m in (1, 2, 2.5, 5, 10):
+        if m * mag >= raw:
+            return m * mag
+    return 10 * mag
+
+
+def svg_plot(model: str, slo_ms: float, engine_limit: float | None, series: dict[str, list[dict]],
+             title_note: str = "") -> str:
+    """Latency percentiles (log y) vs offered load, one colour per system.
+
+    series: system -> levels (dicts with offered_rps, p50_ms, p90_ms, p99_ms,
+    meets_slo). p50 dashed, p90 dotted, p99 solid with markers (hollow where
+    the level misses the SLO). The SLO is a red line, the engine limit a grey
+    vertical line.
+    """
+    W, H = 820, 470
+    ml, mr, mt, mb = 70, 190, 46, 56
+    pw, ph = W - ml - mr, H - mt - mb
+    pts = [lv for lvs in series.values() for lv in lvs]
+    xmax = max([lv["offered_rps"] for lv in pts] + [engine_limit or 0, 1.0]) * 1.08
+    lat = [lv[k] for lv in pts for k in ("p50_ms", "p90_ms", "p99_ms") if lv.get(k) and lv[k] > 0]
+    ylo = 10 ** math.floor(math.log10(min(lat + [slo_ms]) * 0.8))
+    yhi = 10 ** math.ceil(math.log10(max(lat + [slo_ms]) * 1.25))
+    X = lambda v: ml + pw * v / xmax  # noqa: E731
+    Y = lambda v: mt + ph * (1 - (math.log10(max(v, ylo)) - math.log10(ylo))  # noqa: E731
+                             / (math.log10(yhi) - math.log10(ylo)))
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+         'font-family="DejaVu Sans, Arial, sans-serif" font-size="12">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         f'<text x="{ml}" y="22" font-size="15" font-weight="bold">{html.escape(model)}: latency vs offered load'
+         f'</text><text x="{ml}" y="38" fill="#555">{html.escape(title_note)}</text>']
+    # Grid and ticks.
+    step = _nice_step(xmax)
+    v = 0.0
+    while v <= xmax + 1e-9:
+        o.append(f'<line x1="{X(v):.1f}" y1="{mt}" x2="{X(v):.1f}" y2="{mt + ph}" stroke="#eee"/>'
+                 f'<text x="{X(v):.1f}" y="{mt + ph + 16}" text-anchor="middle">{v:g}</text>')
+        v += step
+    d = ylo
+    while d <= yhi * 1.0001:
+        for m in (1, 2, 5):
+            y = d * m
+            if ylo <= y <= yhi:
+                o.append(f'<line x1="{ml}" y1="{Y(y):.1f}" x2="{ml + pw}" y2="{Y(y):.1f}" '
+                         f'stroke="{"#ddd" if m == 1 else "#f3f3f3"}"/>'
+                         f'<text x="{ml - 6}" y="{Y(y) + 4:.1f}" text-anchor="end">{y:g}</text>')
+        d *= 10
+    o.append(f'<rect x="{ml}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>')
+    o.append(f'<text x="{ml + pw / 2}" y="{H - 14}" text-anchor="middle">offered load, requests/s (open loop, Poisson)</text>')
+    o.append(f'<text transform="translate(18,{mt + ph / 2}) rotate(-90)" text-anchor="middle">'
+             'latency, ms (log scale)</text>')
+    # SLO and engine limit.
+    o.append(f'<line x1="{ml}" y1="{Y(slo_ms):.1f}" x2="{ml + pw}" y2="{Y(slo_ms):.1f}" stroke="#d62728" '
+             f'stroke-width="1.5" stroke-dasharray="8,4"/><text x="{ml + 4}" y="{Y(slo_ms) - 5:.1f}" '
+             f'fill="#d62728">SLO {slo_ms:g} ms</text>')
+    if engine_limit:
+        o.append(f'<line x1="{X(engine_limit):.1f}" y1="{mt}" x2="{X(engine_limit):.1f}" y2="{mt + ph}" '
+                 f'stroke="#888" stroke-width="1.5" stroke-dasharray="3,3"/>'
+                 f'<text x="{X(engine_limit) - 4:.1f}" y="{mt + 14}" text-anchor="end" fill="#666">'
+                 f'engine limit {engine_limit:.0f}/s</text>')
+    # Series.
+    for system, lvs in series.items():
+        c = COLOURS.get(system, "#000")
+        lvs = sorted(lvs, key=lambda lv: lv["offered_rps"])
+        for k in ("p50", "p90", "p99"):
+            xy = [(X(lv["offered_rps"]), Y(lv[k + "_ms"])) for lv in lvs if lv.get(k + "_ms")]
+            if len(xy) > 1:
+                dash = f' stroke-dasharray="{DASH[k]}"' if DASH[k] else ""
+                o.append(f'<polyline fill="none" stroke="{c}" stroke-width="{2 if k == "p99" else 1.3}"{dash} '
+                         'points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in xy) + '"/>')
+        for lv in lvs:
+            if lv.get("p99_ms"):
+                fill = c if lv["meets_slo"] else "white"
+                o.append(f'<circle cx="{X(lv["offered_rps"]):.1f}" cy="{Y(lv["p99_ms"]):.1f}" r="3.5" '
+                         f'fill="{fill}" stroke="{c}" stroke-width="1.5"/>')
+    # Legend.
+    lx, ly = ml + pw + 16, mt + 8
+    for i, system in enumerate(series):
+        c = COLOURS.get(system, "#000")
+        o.append(f'<line x1="{lx}" y1="{ly + 18 * i}" x2="{lx + 26}" y2="{ly + 18 * i}" stroke="{c}" '
+                 f'stroke-width="3"/><text x="{lx + 32}" y="{ly + 18 * i + 4}">'
+                 f'{html.escape(NAMES.get(system, system))}</text>')
+    ly += 18 * len(series) + 12
+    for i, k in enumerate(("p99", "p90", "p50")):
+        dash = f' stroke-dasharray="{DASH[k]}"' if DASH[k] else ""
+        o.append(f'<line x1="{lx}" y1="{ly + 18 * i}" x2="{lx + 26}" y2="{ly + 18 * i}" stroke="#333" '
+                 f'stroke-width="1.5"{dash}/><text x="{lx + 32}" y="{ly + 18 * i + 4}">{k}</text>')
+    ly += 18 * 3 + 8
+    o.append(f'<circle cx="{lx + 13}" cy="{ly}" r="3.5" fill="#333"/><text x="{lx + 32}" y="{ly + 4}">'
+             'p99, meets SLO</text>')
+    o.append(f'<circle cx="{lx + 13}" cy="{ly + 18}" r="3.5" fill="white" stroke="#333" stroke-width="1.5"/>'
+             f'<text x="{lx + 32}" y="{ly + 22}">misses SLO</text>')
+    o.append('<text x="%d" y="%d" fill="#555">(p99 &gt; SLO, &gt;1%% failed,</text>' % (lx + 32, ly + 38))
+    o.append('<text x="%d" y="%d" fill="#555">or OK &lt; 95%% of offered)</text>' % (lx + 32, ly + 52))
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+# --- PERFORMANCE.md ---------------------------------------------------------
+
+BEGIN = "<!-- bench-peers:begin (generated by `make bench`: bench/bench.py) -->"
+END = "<!-- bench-peers:end -->"
+
+
+def replace_section(doc: str, body: str) -> str | None:
+    """doc with the text between BEGIN and END replaced by body; None if the
+    markers are not both there (then nothing is written)."""
+    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pat.search(doc):
+        return None
+    return pat.sub(lambda _: BEGIN + "\n" + body.rstrip("\n") + "\n" + END, doc, count=1)
+
+
+def update_doc(path: Path, body: str) -> bool:
+    if not path.exists():
+        return False
+    new = replace_section(path.read_text(), body)
+    if new is None:
+        return False
+    path.write_text(new)
+    return True

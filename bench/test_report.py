@@ -1,0 +1,95 @@
+"""Unit tests of bench/report.py: the rules that turn load-generator windows
+into levels, capacities, tables and plots (run by `make test`).
+
+    .venv/bin/python -m unittest bench/test_report.py
+"""
+
+from __future__ import annotations
+
+import sys
+import unittest
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import report  # noqa: E402
+
+
+def window(ok_per_s, p99, sent=100, ok=None, errors=0, unanswered=0, offered=100.0):
+    return {"offered_rps": offered, "sent": sent, "ok": sent - errors - unanswered if ok is None else ok,
+            "errors": errors, "unanswered": unanswered, "ok_per_s": ok_per_s, "p50_ms": p99 / 2,
+            "p90_ms": p99 * 0.8, "p99_ms": p99, "server_cpu_s": 0.5, "worker_cpu_s": 0.4, "client_cpu_s": 0.1}
+
+
+class Stability(unittest.TestCase):
+    def test_three_windows_within_ten_percent_are_stable(self):
+        self.assertTrue(report.stable([window(100, 10), window(104, 10.5), window(97, 9.6)]))
+
+    def test_fewer_than_three_windows_are_never_stable(self):
+        self.assertFalse(report.stable([window(100, 10), window(100, 10)]))
+
+    def test_one_window_off_by_more_than_ten_percent_is_not_stable(self):
+        self.assertFalse(report.stable([window(100, 10), window(100, 10), window(100, 14)]))
+        self.assertFalse(report.stable([window(100, 10), window(70, 10), window(100, 10)]))
+
+    def test_only_the_last_three_windows_count(self):
+        self.assertTrue(report.stable([window(10, 90), window(100, 10), window(101, 10), window(99, 10)]))
+
+
+class Levels(unittest.TestCase):
+    def test_a_level_meets_the_slo_on_p99_errors_and_goodput(self):
+        lv = report.aggregate([window(99, 15), window(100, 16), window(98, 15)], slo_ms=20)
+        self.assertTrue(lv["meets_slo"])
+        self.assertAlmostEqual(lv["p99_ms"], 46 / 3)
+        self.assertEqual(lv["sent"], 300)
+
+    def test_p99_over_the_slo_misses_it(self):
+        lv = report.aggregate([window(100, 19), window(100, 22), window(100, 21)], slo_ms=20)
+        self.assertFalse(lv["meets_slo"])
+
+    def test_more_than_one_percent_failed_misses_it_even_with_a_good_p99(self):
+        # OVERLOADED answers are fast: a shedding system has a low p99.
+        ws = [window(98, 5, errors=2), window(98, 5, errors=2), window(98, 5, unanswered=1)]
+        lv = report.aggregate(ws, slo_ms=20)
+        self.assertEqual(lv["failed"], 5)
+        self.assertFalse(lv["meets_slo"])
+
+    def test_goodput_below_95_percent_of_offered_misses_it(self):
+        lv = report.aggregate([window(90, 5), window(90, 5), window(90, 5)], slo_ms=20)
+        self.assertFalse(lv["meets_slo"])
+
+    def test_a_level_with_no_ok_answer_never_meets_it(self):
+        lv = report.aggregate([window(0, 0, ok=0, errors=100)], slo_ms=20)
+        self.assertFalse(lv["meets_slo"])
+        self.assertEqual(lv["error_frac"], 1.0)
+
+    def test_capacity_is_the_best_ok_rate_among_levels_meeting_the_slo(self):
+        levels = [{"ok_per_s": 50, "meets_slo": True}, {"ok_per_s": 120, "meets_slo": False},
+                  {"ok_per_s": 90, "meets_slo": True}, {"ok_per_s": 70, "meets_slo": True}]
+        self.assertEqual(report.capacity(levels)["ok_per_s"], 90)
+        self.assertIsNone(report.capacity([{"ok_per_s": 1, "meets_slo": False}]))
+
+
+class Documents(unittest.TestCase):
+    def test_the_section_between_the_markers_is_replaced_and_the_rest_kept(self):
+        doc = f"# Perf\n\nbefore\n{report.BEGIN}\nold\n{report.END}\nafter\n"
+        new = report.replace_section(doc, "new table\n")
+        self.assertEqual(new, f"# Perf\n\nbefore\n{report.BEGIN}\nnew table\n{report.END}\nafter\n")
+        self.assertIsNone(report.replace_section("no markers here", "x"))
+
+    def test_the_plot_is_well_formed_svg_with_one_line_per_system_and_percentile(self):
+        def lv(rate, p50, p99, ok=True):
+            return {"offered_rps": rate, "ok_per_s": rate, "p50_ms": p50, "p90_ms": (p50 + p99) / 2,
+                    "p99_ms": p99, "meets_slo": ok, "phase": "sweep"}
+        series = {"kneepoint": [lv(100, 4, 6), lv(200, 5, 9), lv(300, 9, 30, False)],
+                  "triton": [lv(100, 6, 9), lv(200, 8, 25, False)]}
+        svg = report.svg_plot("squeezenet", 20.0, 310.0, series, "test")
+        root = ET.fromstring(svg)
+        self.assertTrue(root.tag.endswith("svg"))
+        polylines = [e for e in root.iter() if e.tag.endswith("polyline")]
+        self.assertGreaterEqual(len(polylines), 6, "p50/p90/p99 for each of two systems")
+        self.assertIn("Triton", svg)
+
+
+if __name__ == "__main__":
+    unittest.main()
