@@ -183,8 +183,12 @@ pub struct Tally {
     pub malformed: u64,
     /// Answers by status (first answers only).
     pub by_status: BTreeMap<&'static str, u64>,
-    /// Client-side round-trip times, µs.
+    /// Client-side round-trip times, µs: in open loop from the request's
+    /// scheduled time (a sender that falls behind is charged its lag).
     pub rtt_us: Histogram<u64>,
+    /// Open loop: how late each request went out after its scheduled
+    /// time, µs.
+    pub lag_us: Histogram<u64>,
     /// The platform's `latency_us` of answers.
     pub platform_latency_us: Histogram<u64>,
     /// Sum of `batch_size` over OK answers.
@@ -209,6 +213,7 @@ impl Tally {
             malformed: 0,
             by_status: Status::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
             rtt_us: hist(),
+            lag_us: hist(),
             platform_latency_us: hist(),
             batch_size_sum: 0,
             first_send: None,
@@ -233,6 +238,24 @@ impl Tracker {
     /// Records that the next request (id `first_id + sent`) goes out at
     /// `at`; returns its request_id.
     pub fn sent(&mut self, if_id: u16, send_ts_ns: u64, at: Instant) -> u64 {
+        self.sent_scheduled(if_id, send_ts_ns, at, at)
+    }
+
+    /// [`Tracker::sent`] for a request scheduled at `scheduled` (open
+    /// loop) that goes out at `at`: its round trip and timeout count from
+    /// `scheduled`, and `at - scheduled` is recorded as lag.
+    pub fn sent_scheduled(
+        &mut self,
+        if_id: u16,
+        send_ts_ns: u64,
+        scheduled: Instant,
+        at: Instant,
+    ) -> u64 {
+        let scheduled = scheduled.min(at);
+        self.tally
+            .lag_us
+            .saturating_record(at.saturating_duration_since(scheduled).as_micros() as u64);
+        let at = scheduled;
         let n = self.states.len();
         self.states.push(ReqState::Pending {
             sent_at: at,
@@ -423,8 +446,10 @@ pub struct Report {
     pub send_rate: f64,
     /// Answers per second over `answer_span_s`.
     pub throughput: f64,
-    /// Client-side round-trip time, µs.
+    /// Client-side round-trip time, µs (open loop: from the scheduled time).
     pub rtt_us: Percentiles,
+    /// Open loop: send lag behind the schedule, µs.
+    pub lag_us: Percentiles,
     /// The platform's `latency_us`.
     pub platform_latency_us: Percentiles,
     /// Mean `batch_size` of OK answers (`null` when there is none).
@@ -479,6 +504,9 @@ impl Report {
             )
         };
         s += &p("rtt µs", &self.rtt_us);
+        if self.mode == "open" {
+            s += &p("send lag µs", &self.lag_us);
+        }
         s += &p("platform µs", &self.platform_latency_us);
         match self.mean_batch_size {
             Some(b) => s += &format!("  batch_size   mean {b:.2}\n"),
@@ -595,6 +623,7 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
             0.0
         },
         rtt_us: Percentiles::of(&t.rtt_us),
+        lag_us: Percentiles::of(&t.lag_us),
         platform_latency_us: Percentiles::of(&t.platform_latency_us),
         mean_batch_size: (ok > 0).then(|| t.batch_size_sum as f64 / ok as f64),
     })
@@ -617,6 +646,7 @@ fn send_loop(
     let mut datagrams = 0u64;
     for i in 0u64.. {
         let now = Instant::now();
+        let mut scheduled = now;
         match cfg.stop {
             Stop::Requests(n) if i >= n => break,
             Stop::Duration(d) if now.saturating_duration_since(start) >= d => break,
@@ -627,6 +657,7 @@ fn send_loop(
                 if next_at > now {
                     std::thread::sleep(next_at - now);
                 }
+                scheduled = next_at;
                 let gap = match arrival {
                     Arrival::Constant => 1.0 / rate,
                     // Inverse-CDF sampling of Exp(rate); 1-u is in (0, 1].
@@ -654,10 +685,12 @@ fn send_loop(
         }
         let payload = inputs.get(i);
         let send_ts_ns = wall_clock_ns();
-        let request_id =
-            lock.lock()
-                .expect("tracker lock")
-                .sent(cfg.if_id, send_ts_ns, Instant::now());
+        let request_id = lock.lock().expect("tracker lock").sent_scheduled(
+            cfg.if_id,
+            send_ts_ns,
+            scheduled,
+            Instant::now(),
+        );
         for index in 0..frag_count {
             let range = fragment_range(total_len, frag_count, index).expect("valid geometry");
             let len = HEADER_LEN + range.len();
