@@ -32,12 +32,13 @@ Per model (models/<name>/config.toml gives the SLO):
     The model function of both peers is bench/peers/kp_peer_model.py: the
     same session options as libml's engine and kp-if's normalisation.
 
-Cores (2-core machine): the load generator and each system's front end
-(if-manager; tritonserver's HTTP threads and batcher; Ray's proxy, raylet,
-GCS, controller) on BENCH_FRONT_CPU (0); the process that runs the model
-(kp-if; Triton's Python-backend stub; the Ray Serve replica) on
-BENCH_WORKER_CPU (1) with BENCH_THREADS (1) intra-op thread. The engine limit
-runs on the worker core too.
+Cores (2-core machine): the load generator and each system's network side
+(the if-manager and kp-if's fragment loop, which reassembles requests into
+the input slots — BENCH_KP_RX_CPU; tritonserver's HTTP threads and batcher;
+Ray's proxy, raylet, GCS, controller) on BENCH_FRONT_CPU (0); what runs the
+model (kp-if's engine and inference thread; Triton's Python-backend stub;
+the Ray Serve replica) on BENCH_WORKER_CPU (1) with BENCH_THREADS (1)
+intra-op thread. The engine limit runs on the worker core too.
 
 The peers are installed by this script from PyPI into .venv-peers/<peer>/
 (git-ignored) when missing; a peer that cannot be installed or started is
@@ -62,7 +63,11 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_MIN_WINDOWS (3) BENCH_MAX_WINDOWS (4) BENCH_STABILITY (0.10)
   BENCH_SWEEP (0.5,0.8,0.9,1.0,1.1: fractions of the engine limit)
   BENCH_REFINE (2 bisection steps) BENCH_POINTS (0.25,0.5,0.75,0.9)
+  BENCH_PEAK (1.2: a last level at this fraction of the engine limit, for
+    each system's saturated goodput; 0 skips it)
   BENCH_CONNECTIONS (64: kp-http-load) BENCH_KP_BUSY_POLL (0)
+  BENCH_KP_RX_CPU (BENCH_FRONT_CPU) BENCH_KP_FRAMECNT (8192: frames in the
+    kernel's receive ring of the af_packet socket; DPDK's default is 512)
   BENCH_INSTALL_PEERS (1) BENCH_UPDATE_DOCS (1)
 Needs root (namespaces, DPDK hugepages), `make build models`.
 """
@@ -146,8 +151,14 @@ class Settings:
         self.sweep = floats(env("BENCH_SWEEP", S("0.5,0.8,0.9,1.0,1.1", "0.1,0.2")))
         self.refine = env("BENCH_REFINE", S(2, 0), int)
         self.points = floats(env("BENCH_POINTS", S("0.25,0.5,0.75,0.9", "0.25,0.5")))
+        self.peak = env("BENCH_PEAK", S(1.2, 0.0), float)
         self.connections = env("BENCH_CONNECTIONS", S(64, 8), int)
         self.busy_poll = env("BENCH_KP_BUSY_POLL", 0, int) == 1
+        # kp-if's fragment loop (its EAL lcore: reassembly into the input
+        # slots) runs with the network side, like the peers' HTTP threads;
+        # its engine and inference thread on the worker core (--cores).
+        self.kp_rx_cpu = env("BENCH_KP_RX_CPU", self.front_cpu, int)
+        self.kp_framecnt = env("BENCH_KP_FRAMECNT", 8192, int)
         self.install = env("BENCH_INSTALL_PEERS", S(1, 0), int) == 1
         self.update_docs = env("BENCH_UPDATE_DOCS", S(1, 0), int) == 1
         bad = [s for s in self.systems if s not in SYSTEMS]
@@ -315,20 +326,20 @@ class Kneepoint(System):
         self.ifm = subprocess.Popen(
             ["ip", "netns", "exec", self.netf["PLATFORM_NS"], str(bin_path("if-manager")), *busy,
              "--control", ctl, "--ip", self.netf["PLATFORM_IP"], "--", "--lcores", f"0@{s.front_cpu}", *eal,
-             "--vdev", f"net_af_packet0,iface={self.netf['PLATFORM_IF']}"],
+             "--vdev", f"net_af_packet0,iface={self.netf['PLATFORM_IF']},framecnt={s.kp_framecnt}"],
             stdout=open(self.log("if-manager-report"), "w"), stderr=open(self.ifm_log, "w"))
         wait_for_line(self.ifm_log, "if-manager: ready", self.ifm, "if-manager", 60)
         self.kpif = subprocess.Popen(
             ["ip", "netns", "exec", self.netf["PLATFORM_NS"], str(bin_path("kp-if")), *busy,
              "--model", str(m["config"]), "--control", ctl, "--slo-ms", f"{m['slo_ms']:g}",
              "--threads", str(s.threads), "--max-batch", str(s.max_batch), "--cores", str(s.worker_cpu),
-             "--", "--lcores", f"1@{s.worker_cpu}", "--proc-type", "secondary", *eal],
+             "--", "--lcores", f"1@{s.kp_rx_cpu}", "--proc-type", "secondary", *eal],
             stdout=open(self.log("kp-if-report"), "w"), stderr=open(self.if_log, "w"))
         wait_for_line(self.if_log, "kp-if: ready", self.kpif, "kp-if", 120)
         self.roots = [self.ifm.pid, self.kpif.pid]
         self.workers = {self.kpif.pid}
-        self.version = {"kneepoint": git_rev(), "dpdk_pmd": "net_af_packet (veth)",
-                        "busy_poll": s.busy_poll}
+        self.version = {"kneepoint": git_rev(), "dpdk_pmd": f"net_af_packet (veth, framecnt={s.kp_framecnt})",
+                        "busy_poll": s.busy_poll, "fragment_loop_cpu": s.kp_rx_cpu}
 
     def client(self, rate, seconds, seed, first_id, timeout_s):
         return ["ip", "netns", "exec", self.netf["CLIENT_NS"], "taskset", "-c", str(self.s.front_cpu),
@@ -694,6 +705,10 @@ class Runner:
         if cap is not None:
             for p in s.points:
                 self.run_level(p * cap["ok_per_s"], "point", f"{p:g}")
+        if s.peak > 0:
+            # Saturated: what the system completes when offered more than
+            # the engine can do, whatever the latency (its peak goodput).
+            self.run_level(s.peak * E, "peak", f"{s.peak:g}")
         return {"capacity": cap}
 
 
@@ -745,17 +760,21 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
                 systems.append({"system": sysname, "error": err})
                 continue
             cap = report.capacity(levels)
+            peak = report.peak(levels)
             points = {lv["label"]: lv for lv in levels if lv["phase"] == "point"}
             # CPU per request: at the 90% point (busy, within the SLO), else
             # the capacity level.
             cpu_level = points.get(f"{max(s.points):g}") if s.points else None
-            systems.append({"system": sysname, "capacity": cap, "points": points, "levels": levels,
+            systems.append({"system": sysname, "capacity": cap, "peak": peak, "points": points, "levels": levels,
                             "cpu_level": cpu_level or cap, "error": None if levels else err})
             series[sysname] = levels
             row = {"model": name, "system": sysname, "slo_ms": m["slo_ms"], "engine_limit_img_s": best,
                    "capacity_ok_per_s": cap["ok_per_s"] if cap else "", "capacity_offered_rps":
                    cap["offered_rps"] if cap else "", "capacity_p99_ms": cap["p99_ms"] if cap else "",
                    "capacity_vs_engine": cap["ok_per_s"] / best if cap and best else "",
+                   "peak_ok_per_s": peak["ok_per_s"] if peak else "",
+                   "peak_offered_rps": peak["offered_rps"] if peak else "",
+                   "peak_vs_engine": peak["ok_per_s"] / best if peak and best else "",
                    "server_cpu_ms_per_req": (cpu_level or cap or {}).get("server_cpu_ms_per_req", ""),
                    "worker_cpu_ms_per_req": (cpu_level or cap or {}).get("worker_cpu_ms_per_req", ""),
                    "error": err or ""}
@@ -767,13 +786,18 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
         plot = None
         if series:
             svg = report.svg_plot(name, m["slo_ms"], best, series,
-                                  f"{s.threads} intra-op thread; inference on CPU {s.worker_cpu}, front ends and "
-                                  f"load generator on CPU {s.front_cpu}; {meta['machine']['cpu']}")
+                                  f"{s.threads} intra-op thread; the model on CPU {s.worker_cpu}, network sides and "
+                                  f"load generator on CPU {s.front_cpu}; {meta['machine']['cpu']}, "
+                                  f"{meta['machine']['nproc']} CPUs; {meta['started']}")
             (docs / f"peers-{name}.svg").write_text(svg)
             (out / f"peers-{name}.svg").write_text(svg)
             plot = os.path.relpath(docs / f"peers-{name}.svg", REPO / "docs")
+        bound = report.queueing_bound({r["batch"]: r["median_ms"] for r in eng}, m["slo_ms"]) if eng else None
+        for row in summary_rows:
+            if row["model"] == name and bound:
+                row["queueing_bound_rps"] = round(bound["rate_per_s"], 2)
         models.append({"model": name, "slo_ms": m["slo_ms"], "engine": eng, "systems": systems,
-                       "points": s.points, "plot": plot})
+                       "points": s.points, "plot": plot, "bound": bound})
     if summary_rows:
         fields = list(dict.fromkeys(k for r in summary_rows for k in r))
         with open(out / "summary.csv", "w", newline="") as f:
@@ -805,9 +829,11 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"- **Versions**: onnxruntime {v['onnxruntime']} everywhere (same session options as libml: "
          f"{s.threads} intra-op thread, 1 inter-op, sequential, ORT_ENABLE_ALL, no spinning); "
          + "; ".join(peers) + ".",
-         f"- **Cores**: inference (kp-if / Triton's Python-backend stub / the Ray Serve replica, and the engine "
-         f"limit) on CPU {s.worker_cpu}; the load generator and each system's front end (if-manager / "
-         f"tritonserver / Ray's proxy, raylet, GCS, controller) on CPU {s.front_cpu}.",
+         f"- **Cores**: the model (kp-if's engine and inference thread / Triton's Python-backend stub, which "
+         f"also converts the u8 image to f32 / the Ray Serve replica, likewise / the engine limit) on CPU "
+         f"{s.worker_cpu}; the load generator and each system's network side (the if-manager and kp-if's "
+         f"fragment loop on CPU {s.kp_rx_cpu}, which converts while it reassembles / tritonserver's HTTP threads "
+         f"and batcher / Ray's proxy, raylet, GCS, controller) on CPU {s.front_cpu}.",
          f"- **Batching**: at most {s.max_batch} per batch everywhere; Triton's dynamic batcher "
          f"max_queue_delay_microseconds {s.batch_delay_us}, Ray @serve.batch batch_wait_timeout_s "
          f"{s.batch_delay_us / 1e6:g}; kneepoint's policy batches under the SLO (kp-if --slo-ms).",
@@ -819,7 +845,7 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
          f"figures are the means of the last three. Warm-up {s.warmup_s:g} s per system. A level meets the "
          "SLO when p99 ≤ SLO, ≤ 1% of requests failed (non-OK answer, e.g. kneepoint's OVERLOADED, or none "
-         "in time) and OK ≥ 95% of offered. ✗ marks a point that misses it.",
+         "in time). ✗ marks a point that misses it.",
          "- **CPU per request**: CPU time (utime + stime) of all the system's processes over the windows of "
          f"its {int(round(100 * max(s.points))) if s.points else 90}% point, per OK answer; in brackets the "
          "inference process alone. The load generator is not counted.",
@@ -863,7 +889,8 @@ def main() -> int:
     if a.report_only:
         meta = json.loads((out / "meta.json").read_text())
         md = build_report(out, docs, s, meta)
-        finish_docs(s, md, a.smoke)
+        if a.docs is None:  # redrawn into the repository: the doc follows
+            finish_docs(s, md, a.smoke)
         print(md)
         return 0
 
