@@ -70,6 +70,7 @@
 pub mod affinity;
 mod eal;
 mod error;
+pub mod futex;
 mod ids;
 mod live;
 mod mbuf;

@@ -182,6 +182,16 @@ fn control_reply(
             if mode.transition(Mode::Standby, Mode::Arming)
                 || matches!(mode.get(), Mode::Arming | Mode::Active)
             {
+                // Reply once the fragment thread spins for the ring (it may
+                // be in the middle of a standby nap): the gap the owner's
+                // `yield` opens is then the handover alone.
+                let deadline = std::time::Instant::now() + Duration::from_secs(1);
+                while mode.get() == Mode::Arming
+                    && !mode.is_spinning()
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
                 status(mode)
             } else {
                 err(format!("cannot activate: the IF is {}", mode.get().name()))

@@ -77,6 +77,8 @@ mod w {
     pub const TAKEN_NS: usize = 7;
     pub const SWITCHOVERS: usize = 8;
     pub const LAST_GAP_NS: usize = 9;
+    /// Counts releases of the ring; a futex a successor sleeps on.
+    pub const RELEASES: usize = 10;
     pub const KEYS: usize = 16;
 }
 
@@ -249,7 +251,30 @@ impl IfControl {
         self.word(w::FROM).store(u64::from(me), Ordering::Relaxed);
         // Everything above is visible to whoever acquires `owner` next.
         self.word(w::OWNER).store(0, Ordering::Release);
+        self.wake_successor();
         true
+    }
+
+    /// Wakes a successor sleeping in [`IfControl::wait_for_release`].
+    fn wake_successor(&self) {
+        let releases = self.word(w::RELEASES);
+        releases.fetch_add(1, Ordering::AcqRel);
+        dpdk::futex::wake_all(releases);
+    }
+
+    /// A value to pass to [`IfControl::wait_for_release`]: read it before
+    /// [`IfControl::try_take`], so that a release in between is not missed.
+    pub fn release_seq(&self) -> u64 {
+        self.word(w::RELEASES).load(Ordering::Acquire)
+    }
+
+    /// Sleeps until the ring is released (after `seen`, from
+    /// [`IfControl::release_seq`]) or `timeout` passes. A successor that
+    /// shares a core with the owner sleeps here rather than spin: a woken
+    /// sleeper is scheduled ahead of the processes that kept the core busy.
+    /// An owner that dies wakes nobody: hence the timeout.
+    pub fn wait_for_release(&self, seen: u64, timeout: std::time::Duration) {
+        dpdk::futex::wait(self.word(w::RELEASES), seen as u32, timeout);
     }
 
     /// Releases the ring with nothing to hand over (a clean exit); false if
@@ -257,9 +282,14 @@ impl IfControl {
     pub fn release(&self, me: u32) -> bool {
         // FROM is left alone: it is non-zero only between a handover and
         // the next take, which clears it.
-        self.word(w::OWNER)
+        let released = self
+            .word(w::OWNER)
             .compare_exchange(u64::from(me), 0, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok()
+            .is_ok();
+        if released {
+            self.wake_successor();
+        }
+        released
     }
 
     /// Records a switchover that completed with this gap.
@@ -447,32 +477,61 @@ impl Mode {
     }
 }
 
-/// A [`Mode`] shared between threads.
+/// A [`Mode`] shared between threads, and whether the fragment thread has
+/// seen [`Mode::Arming`] and spins for the ring.
 #[derive(Debug)]
-pub struct ModeCell(std::sync::atomic::AtomicU8);
+pub struct ModeCell {
+    mode: std::sync::atomic::AtomicU8,
+    spinning: std::sync::atomic::AtomicBool,
+}
 
 impl ModeCell {
     /// Starting in `mode`.
     pub fn new(mode: Mode) -> Self {
-        ModeCell(std::sync::atomic::AtomicU8::new(mode as u8))
+        ModeCell {
+            mode: std::sync::atomic::AtomicU8::new(mode as u8),
+            spinning: std::sync::atomic::AtomicBool::new(false),
+        }
     }
 
     /// The current mode.
     #[inline]
     pub fn get(&self) -> Mode {
-        Mode::from_u8(self.0.load(Ordering::Acquire))
+        Mode::from_u8(self.mode.load(Ordering::Acquire))
     }
 
     /// Sets it unconditionally (the fragment thread's transitions).
     pub fn set(&self, mode: Mode) {
-        self.0.store(mode as u8, Ordering::Release);
+        self.mode.store(mode as u8, Ordering::Release);
+        if mode != Mode::Arming {
+            self.spinning.store(false, Ordering::Release);
+        }
     }
 
     /// Moves from `from` to `to`; false (nothing changed) if it was not in
     /// `from` (the control thread's requests).
     pub fn transition(&self, from: Mode, to: Mode) -> bool {
-        self.0
+        let moved = self
+            .mode
             .compare_exchange(from as u8, to as u8, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
+            .is_ok();
+        if moved && from == Mode::Arming {
+            self.spinning.store(false, Ordering::Release);
+        }
+        moved
+    }
+
+    /// The fragment thread says it is in [`Mode::Arming`] and spinning: it
+    /// will take the ring within microseconds of its release, rather than
+    /// after the rest of a standby nap.
+    pub fn mark_spinning(&self) {
+        self.spinning.store(true, Ordering::Release);
+    }
+
+    /// Whether it is spinning for the ring (`activate` waits for this
+    /// before it replies, so that the orchestrator's `yield` to the old
+    /// owner comes after it).
+    pub fn is_spinning(&self) -> bool {
+        self.spinning.load(Ordering::Acquire)
     }
 }

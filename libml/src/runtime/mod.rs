@@ -68,6 +68,9 @@ const TICK_EVERY: u32 = 32;
 
 /// How long a parked shadow sleeps between looks at its mode.
 const STANDBY_NAP: Duration = Duration::from_millis(2);
+/// Polls of the owner word an arming successor spins before it sleeps on
+/// the release futex (tens of microseconds).
+const ARMING_SPINS: u32 = 2_000;
 
 /// How long an armed shadow spins for the ring before it parks again (the
 /// active it was to succeed never yielded).
@@ -366,6 +369,7 @@ fn fragment_loop<'p>(
     let mut drain_until: Option<u64> = None;
     let mut first_dequeue_pending: Option<u64> = None;
     let mut arming_since: Option<u64> = None;
+    let mut arming_spins = 0u32;
     // The current owner's hand-back ring, looked up while arming: a memzone
     // lookup takes DPDK's shared memory lock, which another process can hold
     // for seconds (a heap growing syncs every process's memory map), so it
@@ -417,6 +421,8 @@ fn fragment_loop<'p>(
                 continue;
             }
             Mode::Arming => {
+                succession.mode.mark_spinning();
+                let seq = succession.control.release_seq();
                 let owner = succession.control.owner();
                 if owner != 0
                     && owner != me
@@ -433,8 +439,21 @@ fn fragment_loop<'p>(
                         );
                         succession.mode.transition(Mode::Arming, Mode::Standby);
                         arming_since = None;
+                        arming_spins = 0;
                     }
-                    std::hint::spin_loop();
+                    // Spin a little (a core of our own: the release is seen
+                    // within a microsecond), then sleep on the release
+                    // futex: on a shared core a spinner is scheduled last,
+                    // a woken sleeper first. The timeout bounds how late a
+                    // dead owner is noticed.
+                    arming_spins += 1;
+                    if arming_spins < ARMING_SPINS {
+                        std::hint::spin_loop();
+                    } else {
+                        succession
+                            .control
+                            .wait_for_release(seq, Duration::from_millis(1));
+                    }
                     continue;
                 };
                 now = now_ns();
@@ -515,6 +534,9 @@ fn fragment_loop<'p>(
                 ) {
                     stats.yielded = true;
                     source = succession.handback;
+                    // The successor spins for the ring: if it shares our
+                    // core, let it run now rather than at our next slice.
+                    std::thread::yield_now();
                     // A margin past the successor's forwarding deadline:
                     // it must be done with our hand-back ring before we go.
                     drain_until = Some(now + grace + HANDBACK_MARGIN.as_nanos() as u64);
