@@ -1229,6 +1229,7 @@ fn overlay(row: &mut StatusRow, rt: &IfRuntime, busy: Option<&str>) {
         row.p99_ms = t["latency_us"]["p99"].as_f64().map(|v| v / 1e3);
         row.slo_attainment = t["slo_attainment"].as_f64();
         row.batch_size = m["batching"]["target_batch"].as_u64().map(|b| b as u32);
+        row.mean_batch_size = t["mean_batch_size"].as_f64().filter(|_| t["batches"] != 0);
     }
 }
 

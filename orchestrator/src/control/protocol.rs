@@ -502,9 +502,13 @@ pub struct StatusRow {
     pub pinned: bool,
     /// Latency objective, ms.
     pub slo_ms: f64,
-    /// The current batch size.
+    /// The batching policy's target batch size now (its limit for the
+    /// next batch).
     #[serde(default)]
     pub batch_size: Option<u32>,
+    /// The mean size of the batches the serving process ran.
+    #[serde(default)]
+    pub mean_batch_size: Option<f64>,
     /// Answers per second.
     #[serde(default)]
     pub throughput_rps: Option<f64>,
@@ -544,6 +548,7 @@ impl StatusRow {
             pinned: desired.pinned,
             slo_ms: desired.slo_ms,
             batch_size: None,
+            mean_batch_size: None,
             throughput_rps: None,
             arrival_rps: None,
             p50_ms: None,

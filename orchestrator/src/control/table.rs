@@ -14,7 +14,13 @@ const COLUMNS: [Column; 15] = [
     ("SHARE", true, |r| format!("{:.1}%", r.share_pct)),
     ("PIN", false, |r| if r.pinned { "pin" } else { "-" }.into()),
     ("SLO ms", true, |r| decimal(r.slo_ms)),
-    ("BATCH", true, |r| opt(r.batch_size, |b| b.to_string())),
+    // Mean batch run / the policy's target now.
+    ("BATCH", true, |r| match (r.mean_batch_size, r.batch_size) {
+        (Some(m), Some(t)) => format!("{m:.1}/{t}"),
+        (None, Some(t)) => format!("-/{t}"),
+        (Some(m), None) => format!("{m:.1}/-"),
+        (None, None) => "-".into(),
+    }),
     ("REQ/s", true, |r| {
         opt(r.throughput_rps, |x| format!("{x:.1}"))
     }),
@@ -118,6 +124,7 @@ mod tests {
             pinned: false,
             slo_ms: 20.0,
             batch_size: Some(8),
+            mean_batch_size: Some(6.42),
             throughput_rps: Some(812.25),
             arrival_rps: Some(815.0),
             p50_ms: Some(4.61),
@@ -152,6 +159,7 @@ mod tests {
         assert!(lines[1].contains("squeezenet"), "{text}");
         assert!(lines[1].contains("99.1%"), "{text}");
         assert!(lines[1].contains("812.2"), "{text}");
+        assert!(lines[1].contains("6.4/8"), "mean batch / target: {text}");
         assert!(lines[2].contains("failed"), "{text}");
         assert!(lines[2].contains("pin"), "{text}");
         assert_eq!(lines[3], "if12 failed: exited with status 1");
