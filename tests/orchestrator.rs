@@ -1,6 +1,7 @@
 //! The whole platform under the orchestrator, live over a veth pair: two
 //! inference functions under load from kp-client; an SLO change and a
-//! share pin through `kpctl` each re-provision an IF through its shadow; the
+//! share pin through `kpctl` each re-provision an IF through its shadow, then
+//! both IFs are re-provisioned at once (one kp-if starts at a time); the
 //! active of one IF is killed with SIGKILL and its shadow takes over. Every
 //! request sent gets exactly one answer — none lost, none duplicated — and
 //! the switchover gaps are reported.
@@ -309,8 +310,8 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
                 .is_some_and(|a| a.len() == 2 && a.iter().all(|r| r["state"] == "active"))
         })?;
         std::thread::sleep(Duration::from_secs(3)); // shadows load
-        let c1 = client(&net, "1", "10s")?;
-        let c5 = client(&net, "5", "10s")?;
+        let c1 = client(&net, "1", "16s")?;
+        let c5 = client(&net, "5", "16s")?;
         std::thread::sleep(Duration::from_secs(2));
 
         // A live SLO change: a re-provision through the shadow.
@@ -325,8 +326,19 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         })?;
         ensure!(row(&s, 5)?["pinned"] == true && row(&s, 5)?["share_pct"] == 40.0);
         ensure!(row(&s, 1)?["slo_ms"] == 1500.0);
-        // Give the new shadows time to load, then kill if 1's active.
-        std::thread::sleep(Duration::from_secs(2));
+        // Both IFs re-provisioned at once: one kp-if starts at a time, the
+        // other re-provision waits for it (the orchestrator says so).
+        kpctl(&endpoint, &["share", "1", "60"])?;
+        kpctl(&endpoint, &["slo", "5", "1800"])?;
+        let s = wait_for(&endpoint, "both IFs' second switchover", |s| {
+            [1, 5]
+                .iter()
+                .all(|&i| row(s, i).is_ok_and(|r| r["switchovers"] == 2 && r["state"] == "active"))
+        })?;
+        ensure!(row(&s, 1)?["share_pct"] == 60.0 && row(&s, 5)?["slo_ms"] == 1800.0);
+        // Give the new shadows time to load (one after the other), then
+        // kill if 1's active.
+        std::thread::sleep(Duration::from_secs(4));
         let pid = row(&s, 1)?["pid"].as_u64().context("pid")?;
         Command::new("kill")
             .args(["-KILL", &pid.to_string()])
@@ -373,8 +385,12 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
     let gaps = &summary["ifs"];
     ensure!(
         gaps.as_array()
-            .is_some_and(|a| a.iter().all(|i| i["switchovers"] == 1)),
+            .is_some_and(|a| a.iter().all(|i| i["switchovers"] == 2)),
         "summary: {summary}"
+    );
+    ensure!(
+        log.contains("to start first"),
+        "no re-provision waited for another kp-if to start:\n{log}"
     );
     ensure!(summary["ifs"][0]["failovers"] == 1, "summary: {summary}");
     ensure!(
