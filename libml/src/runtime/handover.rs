@@ -13,15 +13,22 @@
 //!
 //! # Switchover (the old active `A` yields to the shadow `S`)
 //!
-//! 1. `S` is *armed*: it spins on `owner`, ready to take it.
+//! 1. `S` is *armed*: it polls `owner` for a few tens of microseconds,
+//!    then sleeps on the zone's *releases* counter, a process-shared futex
+//!    (`dpdk::futex`) that every release bumps and wakes, with a 1 ms
+//!    timeout (an owner that dies wakes nobody). On a core of its own a
+//!    poll sees the release at once; on a core shared with `A` a spinner
+//!    would be scheduled last, a woken sleeper is scheduled first.
 //! 2. `A`'s fragment thread stops dequeuing between two bursts, writes into
 //!    the zone the keys of the requests it is assembling (*in flight*) and
 //!    of those it answered within its answered-table time-to-live, the time
 //!    (`CLOCK_MONOTONIC`) and a grace period, then releases `owner` (a
-//!    store-release of 0). Its complete requests stay queued for its own
-//!    inference thread, which finishes them.
+//!    store-release of 0), wakes `S` and yields its CPU. Its complete
+//!    requests stay queued for its own inference thread, which finishes
+//!    them.
 //! 3. `S` takes `owner` (acquire), reads the keys, notes the time: the gap
-//!    is from `A`'s release to `S`'s first dequeue, a few microseconds.
+//!    is from `A`'s release to `S`'s first dequeue (docs/PERFORMANCE.md:
+//!    p50 71 µs on two shared cores under load).
 //! 4. For the grace period, `S` forwards every fragment of a request `A`
 //!    has in flight, as is, onto `A`'s *hand-back ring*; `A` keeps
 //!    assembling from it, infers, answers. `S` treats the handed keys as
