@@ -173,6 +173,35 @@ pub struct Inputs {
     payloads: Vec<Vec<u8>>,
 }
 
+/// The payload options every traffic tool takes (`#[command(flatten)]`):
+/// kp-gen, kp-client and kp-http-load send the same images for the same
+/// options and seed.
+#[derive(Clone, Debug, clap::Args)]
+pub struct InputArgs {
+    /// Payloads: `synthetic`, `raw:FILE` (exact tensor bytes), or PNG/JPEG
+    /// files and folders (resized to --shape).
+    #[arg(long, num_args = 1.., default_value = "synthetic", value_name = "SRC")]
+    pub input: Vec<String>,
+    /// Model input, HxWxC u8 (HWC).
+    #[arg(long, default_value = "224x224x3", value_name = "HxWxC")]
+    pub shape: InputShape,
+    /// Distinct synthetic images to cycle through.
+    #[arg(long, default_value_t = DEFAULT_SYNTHETIC_DISTINCT, value_name = "N")]
+    pub distinct: usize,
+}
+
+impl InputArgs {
+    /// The payloads these options name (`seed`: synthetic images).
+    pub fn load(&self, seed: u64) -> Result<Inputs, InputError> {
+        Inputs::load(
+            &InputSpec::from_args(&self.input)?,
+            self.shape,
+            seed,
+            self.distinct,
+        )
+    }
+}
+
 impl Inputs {
     /// Prepares the payloads `spec` names for `shape`. `seed` and
     /// `synthetic_distinct` only matter for synthetic input.

@@ -10,7 +10,7 @@ use kp_traffic::client::{
     parse_duration, run, Arrival, ClientConfig, ClientError, Load, Stop, MTU_UDP_PAYLOAD,
 };
 use kp_traffic::gen::DEFAULT_FRAG_SIZE;
-use kp_traffic::input::{InputShape, InputSpec, Inputs, DEFAULT_SYNTHETIC_DISTINCT};
+use kp_traffic::input::InputArgs;
 use libml::wire::HEADER_LEN;
 
 /// Exit status when --expect-all-answered is given and a request went
@@ -61,15 +61,8 @@ struct Args {
     /// unanswered (500ms, 2s).
     #[arg(long, default_value = "1s", value_name = "TIME", value_parser = parse_duration)]
     timeout: Duration,
-    /// Payloads: `synthetic`, `raw:FILE`, or PNG/JPEG files and folders.
-    #[arg(long, num_args = 1.., default_value = "synthetic", value_name = "SRC")]
-    input: Vec<String>,
-    /// Model input, HxWxC u8 (HWC).
-    #[arg(long, default_value = "224x224x3", value_name = "HxWxC")]
-    shape: InputShape,
-    /// Distinct synthetic images to cycle through.
-    #[arg(long, default_value_t = DEFAULT_SYNTHETIC_DISTINCT, value_name = "N")]
-    distinct: usize,
+    #[command(flatten)]
+    inputs: InputArgs,
     /// Payload bytes per fragment at most.
     #[arg(long, default_value_t = DEFAULT_FRAG_SIZE, value_name = "BYTES")]
     frag_size: usize,
@@ -115,8 +108,7 @@ fn client(a: &Args) -> anyhow::Result<ExitCode> {
             HEADER_LEN + a.frag_size
         );
     }
-    let spec = InputSpec::from_args(&a.input)?;
-    let inputs = Inputs::load(&spec, a.shape, a.seed, a.distinct)?;
+    let inputs = a.inputs.load(a.seed)?;
     let stop = match (a.requests, a.duration) {
         (_, Some(d)) => Stop::Duration(d),
         (Some(n), None) => Stop::Requests(n),

@@ -13,7 +13,7 @@ use kp_traffic::gen::{
     generate, parse_deployed, parse_ports, Amount, Endpoints, FaultPlan, GenConfig, IfMix,
     DEFAULT_FRAG_SIZE,
 };
-use kp_traffic::input::{InputShape, InputSpec, Inputs, DEFAULT_SYNTHETIC_DISTINCT};
+use kp_traffic::input::InputArgs;
 use libml::wire::MacAddr;
 
 /// Write a pcap of kneepoint requests (PROTOCOL.md), with faults on purpose.
@@ -39,16 +39,8 @@ struct Args {
     /// if_ids drawn with weights: 1:3,2:1.
     #[arg(long, value_name = "ID:W,...", value_parser = IfMix::parse_weights)]
     if_mix: Option<IfMix>,
-    /// Payloads: `synthetic`, `raw:FILE` (exact tensor bytes), or PNG/JPEG
-    /// files and folders (resized to --shape).
-    #[arg(long, num_args = 1.., default_value = "synthetic", value_name = "SRC")]
-    input: Vec<String>,
-    /// Model input, HxWxC u8 (HWC).
-    #[arg(long, default_value = "224x224x3", value_name = "HxWxC")]
-    shape: InputShape,
-    /// Distinct synthetic images to cycle through.
-    #[arg(long, default_value_t = DEFAULT_SYNTHETIC_DISTINCT, value_name = "N")]
-    distinct: usize,
+    #[command(flatten)]
+    inputs: InputArgs,
     /// Payload bytes per fragment at most.
     #[arg(long, default_value_t = DEFAULT_FRAG_SIZE, value_name = "BYTES")]
     frag_size: usize,
@@ -141,8 +133,7 @@ fn amount(rate: Option<f64>, count: Option<u64>) -> Option<Amount> {
 
 fn main() -> Result<()> {
     let a = Args::parse();
-    let spec = InputSpec::from_args(&a.input)?;
-    let inputs = Inputs::load(&spec, a.shape, a.seed, a.distinct).context("loading --input")?;
+    let inputs = a.inputs.load(a.seed).context("loading --input")?;
     let malformed_kinds = match &a.malformed_kinds {
         None => FaultKind::ALL.to_vec(),
         Some(names) => names
@@ -153,7 +144,7 @@ fn main() -> Result<()> {
             })
             .collect::<Result<_>>()?,
     };
-    let payload_len = u32::try_from(a.shape.len()).context("payload too large")?;
+    let payload_len = u32::try_from(a.inputs.shape.len()).context("payload too large")?;
     let deployed = a
         .deployed
         .as_deref()

@@ -39,7 +39,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
 use kp_traffic::client::parse_duration;
-use kp_traffic::input::{InputShape, InputSpec, Inputs, DEFAULT_SYNTHETIC_DISTINCT};
+use kp_traffic::input::{InputArgs, InputShape};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -92,15 +92,8 @@ struct Args {
     /// unanswered.
     #[arg(long, default_value = "5s", value_name = "TIME", value_parser = parse_duration)]
     timeout: Duration,
-    /// Payloads: `synthetic`, `raw:FILE`, or PNG/JPEG files and folders.
-    #[arg(long, num_args = 1.., default_value = "synthetic", value_name = "SRC")]
-    input: Vec<String>,
-    /// Model input, HxWxC u8 (HWC).
-    #[arg(long, default_value = "224x224x3", value_name = "HxWxC")]
-    shape: InputShape,
-    /// Distinct synthetic images to cycle through.
-    #[arg(long, default_value_t = DEFAULT_SYNTHETIC_DISTINCT, value_name = "N")]
-    distinct: usize,
+    #[command(flatten)]
+    inputs: InputArgs,
     /// Seed of synthetic images and Poisson gaps (kp-client's default: the
     /// same images).
     #[arg(long, default_value_t = 0)]
@@ -476,11 +469,10 @@ fn run(a: Args) -> Result<()> {
         .with_context(|| format!("resolving {}", url.host))?
         .next()
         .with_context(|| format!("{} has no address", url.host))?;
-    let spec = InputSpec::from_args(&a.input)?;
-    let inputs = Inputs::load(&spec, a.shape, a.seed, a.distinct)?;
+    let inputs = a.inputs.load(a.seed)?;
     let requests: Arc<Vec<Vec<u8>>> = Arc::new(
         (0..inputs.distinct() as u64)
-            .map(|i| build_request(&url, a.format, a.shape, inputs.get(i)))
+            .map(|i| build_request(&url, a.format, a.inputs.shape, inputs.get(i)))
             .collect(),
     );
     let shared = Arc::new(Shared {
