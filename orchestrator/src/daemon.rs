@@ -18,6 +18,12 @@
 //!   active; the old active finishes what it holds and exits, the old shadow
 //!   is stopped, and a new shadow with the new share is started.
 //!
+//! One kp-if starts at a time: a shadow or a re-provision's new shadow waits
+//! until the kp-if being started is ready (a fail-over or a deploy does not
+//! wait), and one that is not ready within a minute is killed. Each start
+//! maps DPDK's shared memory and loads a model; several at once on a busy
+//! machine stalled the running IFs for seconds.
+//!
 //! A dead active is replaced by its shadow at once (`activate`: it finds the
 //! owner dead, answers INTERNAL what the dead one held, and serves); a dead
 //! shadow is restarted; a dead if-manager takes every IF with it, so the
