@@ -421,7 +421,6 @@ fn fragment_loop<'p>(
                 continue;
             }
             Mode::Arming => {
-                succession.mode.mark_spinning();
                 let seq = succession.control.release_seq();
                 let owner = succession.control.owner();
                 if owner != 0
@@ -431,6 +430,9 @@ fn fragment_loop<'p>(
                     let ring = Ring::lookup(&crate::names::handback_ring(owner)).ok();
                     owner_handback = Some((owner, ring));
                 }
+                // Ready to take it (`activate` replies now, and then the
+                // orchestrator asks the owner to yield).
+                succession.mode.mark_spinning();
                 let Some(taken) = succession.control.try_take(me) else {
                     let since = *arming_since.get_or_insert(now);
                     if now.saturating_sub(since) > ARMING_TIMEOUT.as_nanos() as u64 {
@@ -534,7 +536,7 @@ fn fragment_loop<'p>(
                 ) {
                     stats.yielded = true;
                     source = succession.handback;
-                    // The successor spins for the ring: if it shares our
+                    // The release woke the successor: if it shares our
                     // core, let it run now rather than at our next slice.
                     std::thread::yield_now();
                     // A margin past the successor's forwarding deadline:
