@@ -34,7 +34,7 @@ def status(t):
         att = r.get("slo_attainment")
         print(f"   t={t:>3}s  if {r['if_id']} {r['model']:<10} {r['state']:<9}"
               f" share {r['share_pct']:5.1f}%  SLO {r['slo_ms']:>4g} ms"
-              f"  batch {fmt(r.get('batch_size'), 'd'):>2}"
+              f"  batch {fmt(r.get('mean_batch_size'), '.1f'):>3}/{fmt(r.get('batch_size'), 'd'):<2}"
               f"  {fmt(r.get('throughput_rps'), '5.1f'):>5} req/s"
               f"  p99 {fmt(r.get('p99_ms'), '5.1f'):>5} ms"
               f"  in SLO {fmt(None if att is None else 100 * att, '3.0f'):>3}%"
