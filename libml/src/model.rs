@@ -60,6 +60,42 @@ impl std::fmt::Display for EngineKind {
     }
 }
 
+impl std::str::FromStr for EngineKind {
+    type Err = String;
+
+    /// The names `config.toml` uses: `onnxruntime`, `tract`.
+    fn from_str(s: &str) -> Result<EngineKind, String> {
+        [EngineKind::OnnxRuntime, EngineKind::Tract]
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| format!("unknown engine '{s}' (onnxruntime, tract)"))
+    }
+}
+
+/// Command-line overrides of a model's engine settings, the same for every
+/// binary that runs a model (kp-if, kp-engine-bench): `#[command(flatten)]`.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct EngineOverrides {
+    /// Engine intra-op threads (default: the model's).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Engine, `onnxruntime` or `tract` (default: the model's).
+    #[arg(long)]
+    pub engine: Option<EngineKind>,
+}
+
+impl EngineOverrides {
+    /// `model` with these overrides applied.
+    pub fn apply(&self, model: &mut ModelConfig) {
+        if let Some(t) = self.threads {
+            model.intra_op_threads = t;
+        }
+        if let Some(e) = self.engine {
+            model.engine = e;
+        }
+    }
+}
+
 /// What a request carries, and so how the platform turns it into the
 /// model's f32 NCHW input.
 #[derive(Clone, Debug, PartialEq)]
@@ -541,6 +577,15 @@ pub fn repository(dir: impl AsRef<Path>) -> Result<Vec<ModelConfig>, ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn engine_names_parse_as_in_config_toml_and_nothing_else_does() {
+        for k in [EngineKind::OnnxRuntime, EngineKind::Tract] {
+            assert_eq!(k.as_str().parse::<EngineKind>(), Ok(k));
+        }
+        let e = "onnx".parse::<EngineKind>().unwrap_err();
+        assert!(e.contains("onnxruntime, tract"), "{e}");
+    }
 
     const RESNET: &str = r#"
 schema_version = 1

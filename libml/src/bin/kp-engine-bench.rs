@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use libml::engine::{engine_for, EngineConfig};
-use libml::model::{EngineKind, InputFormat, ModelConfig};
+use libml::model::{EngineOverrides, InputFormat, ModelConfig};
 use libml::pool::InputLayout;
 use serde_json::json;
 
@@ -42,12 +42,9 @@ struct Args {
     /// Batch sizes to measure, in this order.
     #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
     batches: Vec<usize>,
-    /// Engine intra-op threads (default: the model's, as kp-if).
-    #[arg(long)]
-    threads: Option<usize>,
-    /// Engine (default: the model's, as kp-if).
-    #[arg(long, value_parser = ["onnxruntime", "tract"])]
-    engine: Option<String>,
+    /// Engine and threads (default: the model's, as kp-if).
+    #[command(flatten)]
+    engine: EngineOverrides,
     /// The largest batch the engine is configured for (default: the
     /// largest of --batches; give kp-if's --max-batch to match it exactly).
     #[arg(long)]
@@ -86,16 +83,7 @@ fn run(args: Args) -> Result<()> {
     }
     let mut model = ModelConfig::load(&args.model)
         .with_context(|| format!("loading {}", args.model.display()))?;
-    if let Some(t) = args.threads {
-        model.intra_op_threads = t;
-    }
-    if let Some(e) = &args.engine {
-        model.engine = if e == "tract" {
-            EngineKind::Tract
-        } else {
-            EngineKind::OnnxRuntime
-        };
-    }
+    args.engine.apply(&mut model);
     let layout = InputLayout::for_model(&model)?;
     let largest = *args.batches.iter().max().unwrap_or(&1);
     let max_batch = args.max_batch.unwrap_or(largest).max(largest);

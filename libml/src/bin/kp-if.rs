@@ -21,7 +21,7 @@ use clap::Parser;
 use dpdk::{Eal, Mempool, ProcessType, Ring, RingFlags};
 use libml::batching::{BatchConfig, BatchPolicy};
 use libml::engine::{engine_for, EngineConfig};
-use libml::model::{EngineKind, ModelConfig};
+use libml::model::{EngineOverrides, ModelConfig};
 use libml::names;
 use libml::pool::{InputLayout, InputPool};
 use libml::reassembly::{Reassembler, ReassemblerConfig};
@@ -61,18 +61,15 @@ struct Args {
     /// Latency objective in ms (default: the model's).
     #[arg(long)]
     slo_ms: Option<f64>,
-    /// Engine intra-op threads (default: the model's).
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Engine and threads (default: the model's).
+    #[command(flatten)]
+    engine: EngineOverrides,
     /// CPU cores of this IF's share (`0-3,6`): the engine's thread pool and
     /// the inference thread run only there. The fragment thread is the EAL
     /// lcore, pinned by `--lcores` (give it a CPU of the same set). Default:
     /// wherever the process may run.
     #[arg(long, value_parser = parse_cores)]
     cores: Option<Cores>,
-    /// Engine (default: the model's).
-    #[arg(long, value_parser = ["onnxruntime", "tract"])]
-    engine: Option<String>,
     /// Reassembly timeout in ms: a request not complete by then is answered
     /// INCOMPLETE.
     #[arg(long, default_value_t = 100)]
@@ -237,16 +234,7 @@ fn run(args: Args) -> Result<()> {
     if let Some(slo) = args.slo_ms {
         model.slo = Duration::from_secs_f64(slo / 1000.0);
     }
-    if let Some(t) = args.threads {
-        model.intra_op_threads = t;
-    }
-    if let Some(e) = &args.engine {
-        model.engine = if e == "tract" {
-            EngineKind::Tract
-        } else {
-            EngineKind::OnnxRuntime
-        };
-    }
+    args.engine.apply(&mut model);
     let layout = InputLayout::for_model(&model)?;
 
     // Pinned before the engine exists: its thread pool inherits the mask.
