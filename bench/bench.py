@@ -80,6 +80,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import re
 import resource
 import shutil
 import signal
@@ -101,7 +102,13 @@ PEER_PACKAGES = {
     "triton": ["nvidia-pytriton==0.7.0", "onnxruntime==1.31.1", "numpy<3"],
     "ray": ["ray[serve]==2.60.0", "onnxruntime==1.31.1", "numpy<3"],
 }
-PEER_DISTS = {"triton": ["nvidia-pytriton", "onnxruntime", "numpy"], "ray": ["ray", "onnxruntime", "numpy"]}
+
+
+def dist_name(requirement: str) -> str:
+    """The distribution a pip requirement names: `ray[serve]==2.60.0` -> `ray`."""
+    return re.split(r"[\[=<>!~ ]", requirement, maxsplit=1)[0]
+
+
 SYSTEMS = ("kneepoint", "triton", "ray", "stub")
 PERF_ANALYZER = "2.60.0"
 HZ = os.sysconf("SC_CLK_TCK")
@@ -531,7 +538,7 @@ def peer_ready(peer: str) -> bool:
     py = peer_python(peer)
     if not py.exists():
         return False
-    want = {p.split("==")[0].split("[")[0]: p.split("==")[1] for p in PEER_PACKAGES[peer] if "==" in p}
+    want = {dist_name(p): p.split("==")[1] for p in PEER_PACKAGES[peer] if "==" in p}
     return all(dist_version(py, d) == v for d, v in want.items())
 
 
@@ -918,7 +925,7 @@ def main() -> int:
             try:
                 ensure_peer(peer, s.install)
                 py = peer_python(peer)
-                meta["peers"][peer] = {"versions": {d: dist_version(py, d) for d in PEER_DISTS[peer]}}
+                meta["peers"][peer] = {"versions": {d: dist_version(py, d) for d in map(dist_name, PEER_PACKAGES[peer])}}
             except PeerUnavailable as e:
                 meta["peers"][peer] = {"error": str(e)}
                 say(f"{peer}: unavailable: {e}")
