@@ -111,6 +111,42 @@ struct IfRuntime {
     warm_until: Option<Instant>,
 }
 
+impl IfRuntime {
+    /// Its processes: the active, the shadow, a re-provision's new one.
+    fn procs(&self) -> impl Iterator<Item = &IfProc> {
+        [
+            self.active.as_ref(),
+            self.shadow.as_ref(),
+            self.switch.as_ref().and_then(|s| s.pending.as_ref()),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// [`IfRuntime::procs`], mutably.
+    fn procs_mut(&mut self) -> impl Iterator<Item = &mut IfProc> {
+        [
+            self.active.as_mut(),
+            self.shadow.as_mut(),
+            self.switch.as_mut().and_then(|s| s.pending.as_mut()),
+        ]
+        .into_iter()
+        .flatten()
+    }
+
+    /// Takes all its processes out (retire, shutdown, a platform restart);
+    /// a pending re-provision is dropped with them.
+    fn take_procs(&mut self) -> impl Iterator<Item = IfProc> {
+        [
+            self.active.take(),
+            self.shadow.take(),
+            self.switch.take().and_then(|s| s.pending),
+        ]
+        .into_iter()
+        .flatten()
+    }
+}
+
 /// The daemon.
 pub struct Daemon {
     cfg: PlatformConfig,
@@ -513,14 +549,7 @@ impl Daemon {
         // A kp-if that never gets ready would hold up every start after it
         // (one at a time): kill it; it is then reaped like any dead one.
         for rt in self.ifs.values_mut() {
-            for p in [
-                rt.active.as_mut(),
-                rt.shadow.as_mut(),
-                rt.switch.as_mut().and_then(|s| s.pending.as_mut()),
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for p in rt.procs_mut() {
                 if p.proc.is_starting() && p.proc.age() > START_TIMEOUT {
                     eprintln!(
                         "orchestrator: {} not ready after {START_TIMEOUT:?}; killing it:\n{}",
@@ -700,17 +729,11 @@ impl Daemon {
     /// shadow or a re-provision's new shadow waits for it to be ready
     /// before it starts (a fail-over or a deploy does not wait).
     fn starting_if(&self) -> Option<&str> {
-        self.ifs.values().find_map(|rt| {
-            [
-                rt.active.as_ref(),
-                rt.shadow.as_ref(),
-                rt.switch.as_ref().and_then(|s| s.pending.as_ref()),
-            ]
-            .into_iter()
-            .flatten()
+        self.ifs
+            .values()
+            .flat_map(IfRuntime::procs)
             .find(|p| p.proc.is_starting())
             .map(|p| p.proc.name())
-        })
     }
 
     /// Starts a re-provision of `if_id` to `spec`: its new shadow starts
@@ -843,14 +866,7 @@ impl Daemon {
         let ids: Vec<u16> = self.ifs.keys().copied().collect();
         for id in ids {
             let rt = self.ifs.get_mut(&id).expect("listed");
-            for mut p in [
-                rt.active.take(),
-                rt.shadow.take(),
-                rt.switch.take().and_then(|s| s.pending),
-            ]
-            .into_iter()
-            .flatten()
-            {
+            for mut p in rt.take_procs() {
                 p.proc.kill();
                 self.leaving.push((id, p));
             }
@@ -1069,16 +1085,12 @@ impl Daemon {
 
     fn save_state(&self) {
         let mut pids: Vec<u32> = self.ifm.iter().map(Proc::pid).collect();
-        for rt in self.ifs.values() {
-            for p in [&rt.active, &rt.shadow].into_iter().flatten() {
-                pids.push(p.proc.pid());
-            }
-            if let Some(sw) = &rt.switch {
-                if let Some(p) = &sw.pending {
-                    pids.push(p.proc.pid());
-                }
-            }
-        }
+        pids.extend(
+            self.ifs
+                .values()
+                .flat_map(IfRuntime::procs)
+                .map(|p| p.proc.pid()),
+        );
         pids.extend(self.leaving.iter().map(|(_, p)| p.proc.pid()));
         let state = json!({ "orchestrator": std::process::id(), "pids": pids });
         let _ = std::fs::write(self.runtime_dir.join("state.json"), state.to_string());
@@ -1172,14 +1184,7 @@ impl Handler for Daemon {
             Change::Retire { old } => {
                 let id = old.if_id;
                 if let Some(rt) = self.ifs.get_mut(&id) {
-                    for p in [
-                        rt.active.take(),
-                        rt.shadow.take(),
-                        rt.switch.take().and_then(|s| s.pending),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    {
+                    for p in rt.take_procs() {
                         p.proc.terminate();
                         self.leaving.push((id, p));
                     }
@@ -1193,14 +1198,7 @@ impl Handler for Daemon {
             Change::Shutdown => {
                 eprintln!("orchestrator: shutting down");
                 for (id, rt) in self.ifs.iter_mut() {
-                    for p in [
-                        rt.active.take(),
-                        rt.shadow.take(),
-                        rt.switch.take().and_then(|s| s.pending),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    {
+                    for p in rt.take_procs() {
                         p.proc.terminate();
                         self.leaving.push((*id, p));
                     }
