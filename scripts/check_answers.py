@@ -6,7 +6,7 @@ every request that was sent gets exactly one answer.
 
 ANSWERS.pcap is what `tcpdump -w` captured on the client's side (classic
 pcap, Ethernet, µs or ns timestamps; other traffic in it is ignored). An
-answer is a PROTOCOL.md response (type 2) or error (type 3) from the
+answer is a docs/PROTOCOL.md response (type 2) or error (type 3) from the
 manifest's platform address and port to one of its client ports. A request
 is (src port, if_id, request_id) as the manifest lists them (one client IP).
 

@@ -2,7 +2,7 @@
 """What onnxruntime itself answers for every complete request of a pcap.
 
 Independent of the platform's Rust code: it parses the pcap and the
-kneepoint fragments here (PROTOCOL.md), reassembles each request whose
+kneepoint fragments here (docs/PROTOCOL.md), reassembles each request whose
 fragments all arrived and agree, preprocesses it as the model's config.toml
 says, runs the model with onnxruntime's Python API, and writes the top-k
 (class, score) per request as JSON:

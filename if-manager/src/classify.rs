@@ -15,7 +15,7 @@ use crate::outcome::{MalformedReason, NotForUsReason};
 /// Which datagrams are addressed to the platform.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DstFilter {
-    /// UDP destination port (PROTOCOL.md's "platform's port"; default 9000).
+    /// UDP destination port (docs/PROTOCOL.md's "platform's port"; default 9000).
     pub port: u16,
     /// IPv4 destination address to accept; `None` accepts any.
     pub ip: Option<Ipv4Addr>,

@@ -3,7 +3,7 @@
 //! The if-manager is the only process that touches the NIC. It is a DPDK
 //! primary process that polls one RX queue on a pinned lcore, parses each
 //! frame (Ethernet, optional 802.1Q tag, IPv4, UDP, the kneepoint header of
-//! PROTOCOL.md) and routes each request fragment, without copying it, by
+//! docs/PROTOCOL.md) and routes each request fragment, without copying it, by
 //! `if_id` to that inference function's `rte_ring` in shared hugepage
 //! memory. Inference functions (DPDK secondary processes) dequeue from their
 //! ring and put finished response frames on one shared TX ring, which the

@@ -37,7 +37,7 @@ pub enum Outcome {
     /// only if the IF saw another fragment of it (INCOMPLETE).
     RingFull,
     /// Not kneepoint traffic (not IPv4/UDP, or not to our address and port);
-    /// dropped silently, as PROTOCOL.md says.
+    /// dropped silently, as docs/PROTOCOL.md says.
     NotForUs,
     /// Addressed to us but not a well-formed frame or fragment header;
     /// dropped silently.
@@ -106,7 +106,7 @@ impl NotForUsReason {
 pub enum MalformedReason {
     /// The Ethernet/IPv4/UDP framing is broken.
     Frame(FrameErrorKind),
-    /// The kneepoint request-fragment header breaks PROTOCOL.md.
+    /// The kneepoint request-fragment header breaks docs/PROTOCOL.md.
     Header(MalformedKind),
     /// The frame did not fit one mbuf segment (larger than any valid
     /// fragment on a standard MTU).

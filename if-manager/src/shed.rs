@@ -2,7 +2,7 @@
 //!
 //! When an IF falls behind, its ring fills and the if-manager — which never
 //! blocks on an IF — must drop fragments. Dropping them silently would break
-//! PROTOCOL.md's promise of exactly one answer per request: a request none of
+//! docs/PROTOCOL.md's promise of exactly one answer per request: a request none of
 //! whose fragments reached the IF would get no answer at all. So a request
 //! that loses a fragment is *shed* instead:
 //!

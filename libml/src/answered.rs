@@ -1,6 +1,6 @@
 //! A bounded memory of requests that were answered.
 //!
-//! PROTOCOL.md wants exactly one answer per request, but a request's
+//! docs/PROTOCOL.md wants exactly one answer per request, but a request's
 //! fragments keep arriving after it was answered: the if-manager answers a
 //! request for an `if_id` that has no IF on its first fragment, and an IF
 //! may answer (BAD_REQUEST, OVERLOADED, INCOMPLETE) before late fragments or

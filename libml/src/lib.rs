@@ -5,7 +5,7 @@
 //! them under a latency SLO, runs a model and answers on the wire.
 //!
 //! Modules:
-//! - [`wire`]: the sans-IO codec of PROTOCOL.md (request fragments,
+//! - [`wire`]: the sans-IO codec of docs/PROTOCOL.md (request fragments,
 //!   responses and errors) and of the Ethernet/IPv4/UDP frames that carry
 //!   them. It takes bytes and returns typed views or errors; it never
 //!   panics on untrusted input and holds no `unsafe`.

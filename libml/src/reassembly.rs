@@ -98,8 +98,8 @@
 //!   GSLICE's input-pool size: above any batch size it uses (≤ 32), so one
 //!   batch can be inferred while the next one is being reassembled.
 //! - `max_frags` = `min(input_len, 65535)`: every fragmentation
-//!   PROTOCOL.md can express for this input size (a fragment carries at
-//!   least one byte; `frag_count` is a `u16`). PROTOCOL.md does not make a
+//!   docs/PROTOCOL.md can express for this input size (a fragment carries at
+//!   least one byte; `frag_count` is a `u16`). docs/PROTOCOL.md does not make a
 //!   finely fragmented request a bad one, so by default it is not. The
 //!   bitmaps cost at most 8 KiB per slot: 512 KiB at 64 slots, beside the
 //!   9.2 MiB of pool that 64 slots of 224×224×3 inputs take. Set it lower
@@ -129,7 +129,7 @@
 //!   request; it ends INCOMPLETE, a second answer.
 //! - Conversely a client that reuses a request id within `answered_ttl_ns`
 //!   of the first fragment of its previous use gets no answer (`Late`).
-//!   PROTOCOL.md only asks ids to be unique while in flight; clients that
+//!   docs/PROTOCOL.md only asks ids to be unique while in flight; clients that
 //!   count ids up (as `kp-gen` and `kp-client` do) never hit this.
 //! - A slot that is handed over and never released is lost for good: the
 //!   reassembler answers OVERLOADED once every slot is Assembling or

@@ -2,7 +2,7 @@
 //!
 //! Per IF: arrival rate, throughput, batch sizes, latency (an EWMA for the
 //! control loop, an HDR histogram for percentiles), and a counter per way a
-//! request ended (one per PROTOCOL.md status). The orchestrator reads these
+//! request ended (one per docs/PROTOCOL.md status). The orchestrator reads these
 //! (published as JSON over ZeroMQ); the IF prints them as one JSON object on
 //! exit.
 //!

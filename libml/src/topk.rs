@@ -1,6 +1,6 @@
 //! The k highest scores of one model output, highest first.
 //!
-//! PROTOCOL.md answers a request with its IF's top-k `(class, score)` pairs,
+//! docs/PROTOCOL.md answers a request with its IF's top-k `(class, score)` pairs,
 //! highest score first, `score` being the model's raw output (no softmax).
 //! [`top_k`] writes them into a caller buffer (no allocation on the data
 //! path). Ties go to the lower class index, so answers are deterministic;

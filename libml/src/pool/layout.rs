@@ -112,7 +112,7 @@ impl InputLayout {
     ///
     /// Errors: [`PoolError::EmptyLayout`] if `h` or `w` is 0;
     /// [`PoolError::LayoutTooLarge`] if the request is over `u32::MAX`
-    /// bytes (PROTOCOL.md's `total_len` is a `u32`);
+    /// bytes (docs/PROTOCOL.md's `total_len` is a `u32`);
     /// [`PoolError::BadNormalisation`] if a mean or std is not finite, a
     /// std is 0, or any normalised value is not finite.
     pub fn rgb_u8_hwc(

@@ -59,7 +59,7 @@ pub enum PoolError {
     /// A layout dimension is 0.
     #[error("input layout with a zero dimension")]
     EmptyLayout,
-    /// The request would be over `u32::MAX` bytes, more than PROTOCOL.md's
+    /// The request would be over `u32::MAX` bytes, more than docs/PROTOCOL.md's
     /// `total_len` can say.
     #[error("input layout larger than a request can be (u32::MAX bytes)")]
     LayoutTooLarge,

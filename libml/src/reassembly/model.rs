@@ -132,7 +132,7 @@ impl Reference {
         }
     }
 
-    /// PROTOCOL.md's geometry, computed here from scratch: the offset of
+    /// docs/PROTOCOL.md's geometry, computed here from scratch: the offset of
     /// the fragment, or `None` if the header is malformed.
     fn offset(h: &FragmentRepr) -> Option<usize> {
         let (len, count, index) = (

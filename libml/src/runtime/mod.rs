@@ -55,7 +55,7 @@ use crate::telemetry::Telemetry;
 use crate::topk::top_k;
 use crate::wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
 
-/// Largest top-k an IF answers with (PROTOCOL.md allows more; nobody needs
+/// Largest top-k an IF answers with (docs/PROTOCOL.md allows more; nobody needs
 /// more than this many classes per answer, and it bounds the stack buffer).
 pub const MAX_TOP_K: usize = 64;
 

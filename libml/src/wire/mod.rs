@@ -1,4 +1,4 @@
-//! The sans-IO wire codec: kneepoint messages (PROTOCOL.md) and the
+//! The sans-IO wire codec: kneepoint messages (docs/PROTOCOL.md) and the
 //! Ethernet/IPv4/UDP frames that carry them.
 //!
 //! # What
@@ -17,7 +17,7 @@
 //!
 //! Modelled on smoltcp's `wire`: a zero-copy view (`Fragment<T: AsRef<[u8]>>`,
 //! `Response<T>`) that can only be made by `new_checked`, which validates
-//! everything PROTOCOL.md lets one datagram be checked for, so its accessors
+//! everything docs/PROTOCOL.md lets one datagram be checked for, so its accessors
 //! read fields in place without re-checking; and a plain "Repr" struct that
 //! the rest of the platform passes around and `emit`s. There is no
 //! `new_unchecked`: the data plane's input is untrusted, and the checks are a

@@ -1,9 +1,9 @@
-//! The kneepoint messages of PROTOCOL.md: request fragments (type 1),
+//! The kneepoint messages of docs/PROTOCOL.md: request fragments (type 1),
 //! responses (type 2) and errors (type 3).
 //!
 //! [`Fragment`] and [`Response`] are zero-copy views over a UDP payload that
 //! can only be built by `new_checked`, which enforces every rule of
-//! PROTOCOL.md that one datagram can be checked against; their accessors then
+//! docs/PROTOCOL.md that one datagram can be checked against; their accessors then
 //! read the fields in place. [`FragmentRepr`] and [`ResponseRepr`] are the
 //! plain-data forms the rest of the platform passes around and emits.
 //!
@@ -30,7 +30,7 @@ pub const RESULT_LEN: usize = 8;
 /// The most results one response can carry (`k` is a `u16` on the wire).
 pub const MAX_RESULTS: usize = u16::MAX as usize;
 
-/// Byte ranges of the header fields (PROTOCOL.md's tables).
+/// Byte ranges of the header fields (docs/PROTOCOL.md's tables).
 mod field {
     use core::ops::Range;
 
@@ -137,7 +137,7 @@ impl MsgType {
     }
 }
 
-/// The `status` of a response or error (PROTOCOL.md's status table).
+/// The `status` of a response or error (docs/PROTOCOL.md's status table).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum Status {
@@ -180,7 +180,7 @@ impl Status {
         }
     }
 
-    /// The name PROTOCOL.md gives it: `"OK"`, `"UNKNOWN_IF"`, ...
+    /// The name docs/PROTOCOL.md gives it: `"OK"`, `"UNKNOWN_IF"`, ...
     pub fn name(self) -> &'static str {
         match self {
             Status::Ok => "OK",
@@ -226,7 +226,7 @@ pub struct BufferTooSmall {
     pub got: usize,
 }
 
-/// Identifies a request (PROTOCOL.md): (source IPv4 address, source UDP
+/// Identifies a request (docs/PROTOCOL.md): (source IPv4 address, source UDP
 /// port, `if_id`, `request_id`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 pub struct RequestKey {
@@ -247,7 +247,7 @@ pub struct RequestKey {
 /// Bytes per fragment (all but possibly the last): `ceil(total_len /
 /// frag_count)`.
 ///
-/// `None` for geometry PROTOCOL.md calls malformed: `total_len == 0`,
+/// `None` for geometry docs/PROTOCOL.md calls malformed: `total_len == 0`,
 /// `frag_count == 0`, or a last fragment left empty (`(frag_count-1)*stride
 /// >= total_len`).
 pub fn stride(total_len: u32, frag_count: u16) -> Option<u32> {
@@ -431,7 +431,7 @@ impl fmt::Display for MalformedKind {
 /// A checked, zero-copy view of a request fragment (a UDP payload).
 ///
 /// Only [`Fragment::new_checked`] builds one, so every accessor reads a
-/// field that is known to be there and to satisfy PROTOCOL.md.
+/// field that is known to be there and to satisfy docs/PROTOCOL.md.
 #[derive(Clone, Copy)]
 pub struct Fragment<T: AsRef<[u8]>> {
     buf: T,
@@ -440,7 +440,7 @@ pub struct Fragment<T: AsRef<[u8]>> {
 }
 
 impl<T: AsRef<[u8]>> Fragment<T> {
-    /// Checks `buf` against every request-fragment rule of PROTOCOL.md that
+    /// Checks `buf` against every request-fragment rule of docs/PROTOCOL.md that
     /// one datagram can be checked against, in this order: length >= 32,
     /// magic, version, type == 1, `total_len >= 1`, `frag_count >= 1`,
     /// `frag_index < frag_count`, last fragment non-empty, and the payload
@@ -809,7 +809,7 @@ pub enum ResponseError {
     /// Neither a response (2) nor an error (3).
     #[error("message type {0} is neither a response (2) nor an error (3)")]
     BadType(u8),
-    /// A status PROTOCOL.md does not define.
+    /// A status docs/PROTOCOL.md does not define.
     #[error("unknown status {0}")]
     UnknownStatus(u32),
     /// An error (type 3) with `k` or `batch_size` not 0.
@@ -1431,7 +1431,7 @@ mod tests {
 
     // --- properties ----------------------------------------------------------
 
-    /// PROTOCOL.md's geometry the slow way: stride found by counting up,
+    /// docs/PROTOCOL.md's geometry the slow way: stride found by counting up,
     /// fragments cut byte by byte.
     fn reference_fragments(total_len: u32, frag_count: u16) -> Option<Vec<Vec<u32>>> {
         if total_len == 0 || frag_count == 0 {
@@ -1451,7 +1451,7 @@ mod tests {
         Some(frags)
     }
 
-    /// The rules of PROTOCOL.md for one datagram, re-stated independently:
+    /// The rules of docs/PROTOCOL.md for one datagram, re-stated independently:
     /// `Ok` or the first rule broken.
     fn reference_check(b: &[u8]) -> Result<(), MalformedKind> {
         if b.len() < 32 {

@@ -1,7 +1,7 @@
 //! A live client: requests over a real UDP socket, answers accounted for.
 //!
 //! [`run`] sends requests to the platform from one UDP socket, fragmented
-//! per PROTOCOL.md, either open loop (at a rate, constant or Poisson
+//! per docs/PROTOCOL.md, either open loop (at a rate, constant or Poisson
 //! spacing: the sender never waits for answers) or closed loop (a fixed
 //! number outstanding: a new request goes out when one is answered or times
 //! out). A receiver thread reads every datagram that comes back.
@@ -549,7 +549,7 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
     }
 
     let socket = UdpSocket::bind(cfg.bind)?;
-    // Connected: answers come from the address requests go to (PROTOCOL.md),
+    // Connected: answers come from the address requests go to (docs/PROTOCOL.md),
     // and the kernel filters out datagrams from anyone else.
     socket.connect(cfg.dst)?;
     let rx = socket.try_clone()?;

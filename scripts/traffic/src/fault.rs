@@ -2,7 +2,7 @@
 //! frame.
 //!
 //! [`FaultKind`] names every way kp-gen can break a datagram: the nine ways
-//! a kneepoint header can break PROTOCOL.md, and six frame-level ones (some
+//! a kneepoint header can break docs/PROTOCOL.md, and six frame-level ones (some
 //! of which make the frame "not for us" rather than malformed). Each kind
 //! knows the [`Verdict`] the if-manager must reach for it, and
 //! [`FaultKind::apply`] builds the frame from a well-formed fragment.

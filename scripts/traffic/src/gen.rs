@@ -78,7 +78,7 @@ pub enum GenError {
         /// Fragment size.
         frag_size: usize,
     },
-    /// Payloads must be 1 byte or more (PROTOCOL.md: total_len >= 1).
+    /// Payloads must be 1 byte or more (docs/PROTOCOL.md: total_len >= 1).
     #[error("request payloads must not be empty")]
     EmptyPayload,
     /// A rate outside 0..=1.

@@ -118,7 +118,7 @@ impl FromStr for InputShape {
             .collect::<Result<_, _>>()?;
         match dims[..] {
             [height, width, channels] if height > 0 && width > 0 && channels > 0 => {
-                // Keep a request within PROTOCOL.md's u32 total_len.
+                // Keep a request within docs/PROTOCOL.md's u32 total_len.
                 let len = height
                     .checked_mul(width)
                     .and_then(|hw| hw.checked_mul(channels))

@@ -2,7 +2,7 @@
 //!
 //! # What
 //!
-//! - `kp-gen` writes pcap files of request fragments (PROTOCOL.md) for
+//! - `kp-gen` writes pcap files of request fragments (docs/PROTOCOL.md) for
 //!   replay with tcpreplay or DPDK's `net_pcap`, with faults of every kind
 //!   mixed in on purpose, and a JSON manifest of exactly what it wrote and
 //!   what the platform must make of it.

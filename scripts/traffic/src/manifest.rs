@@ -84,7 +84,7 @@ pub struct ManifestConfig {
     pub dst_port: u16,
 }
 
-/// What the platform must answer for one request, per PROTOCOL.md,
+/// What the platform must answer for one request, per docs/PROTOCOL.md,
 /// assuming the deployment in [`Manifest::deployed`], that the whole
 /// request arrives within the reassembly timeout, and that nothing is
 /// shed (an `ok` request may still come back `overloaded` under load).

@@ -16,7 +16,7 @@ use kp_traffic::gen::{
 use kp_traffic::input::InputArgs;
 use libml::wire::MacAddr;
 
-/// Write a pcap of kneepoint requests (PROTOCOL.md), with faults on purpose.
+/// Write a pcap of kneepoint requests (docs/PROTOCOL.md), with faults on purpose.
 ///
 /// Deterministic: the same options (and input files) give the same pcap and
 /// manifest byte for byte. Packet k has the pcap timestamp
