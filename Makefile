@@ -78,7 +78,7 @@ bench-peers: build models
 # Needs nightly and cargo-fuzz (cargo install cargo-fuzz); SECONDS per target.
 FUZZ_SECONDS ?= 60
 fuzz:
-	cd libml/fuzz && for t in parse_fragment parse_frame; do \
+	cd wire/fuzz && for t in parse_fragment parse_frame; do \
 	  cargo +nightly fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
 
 lint:

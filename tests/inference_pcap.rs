@@ -17,7 +17,7 @@ use std::process::Command;
 use anyhow::{bail, ensure, Context, Result};
 use kneepoint_tests::{bin, expect, repo_root, run, Scratch};
 use kp_traffic::manifest::Expected;
-use libml::wire::{parse_udp_frame, MsgType, Response, Status};
+use kp_wire::{parse_udp_frame, MsgType, Response, Status};
 use serde_json::Value;
 
 /// One answer as it came back.

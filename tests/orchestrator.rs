@@ -257,7 +257,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
         })?;
         for pid in &left {
             ensure!(
-                !dpdk::affinity::process_alive(*pid),
+                !kp_os::affinity::process_alive(*pid),
                 "process {pid} of the dead orchestrator still runs"
             );
         }

@@ -241,7 +241,7 @@ fn a_killed_active_is_replaced_by_its_shadow_and_nothing_is_silently_lost() -> R
         .status()?;
     // What the orchestrator does when it reaps a dead active.
     let deadline = Instant::now() + Duration::from_secs(5);
-    while dpdk::affinity::process_alive(active.pid()) {
+    while kp_os::affinity::process_alive(active.pid()) {
         ensure!(Instant::now() < deadline, "the killed IF is still alive");
         std::thread::sleep(Duration::from_millis(5));
     }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use if_manager::classify::{classify, DstFilter, Verdict};
 use if_manager::routes::{Route, RouteTable, RouteUpdate};
-use libml::wire::{emit_udp_frame, FragmentRepr, FrameAddr, IfId, MacAddr, HEADER_LEN};
+use kp_wire::{emit_udp_frame, FragmentRepr, FrameAddr, IfId, MacAddr, HEADER_LEN};
 
 fn frames(n: usize) -> Vec<Vec<u8>> {
     let addr = FrameAddr {

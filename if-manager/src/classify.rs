@@ -8,7 +8,7 @@
 
 use std::net::Ipv4Addr;
 
-use libml::wire::{parse_udp_frame, Fragment, FragmentRepr, FrameAddr};
+use kp_wire::{parse_udp_frame, Fragment, FragmentRepr, FrameAddr};
 
 use crate::outcome::{MalformedReason, NotForUsReason};
 
@@ -63,7 +63,7 @@ pub fn classify(frame: &[u8], filter: &DstFilter) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use libml::wire::{emit_udp_frame, FrameErrorKind, IfId, MacAddr, MalformedKind, HEADER_LEN};
+    use kp_wire::{emit_udp_frame, FrameErrorKind, IfId, MacAddr, MalformedKind, HEADER_LEN};
     use proptest::prelude::*;
 
     const FILTER: DstFilter = DstFilter {

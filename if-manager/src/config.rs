@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use libml::wire::IfId;
+use kp_wire::IfId;
 
 /// Shared-memory names (re-exported from libml, which IFs use too).
 pub use libml::names;

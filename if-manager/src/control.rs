@@ -25,8 +25,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dpdk::{MbufBurst, Ring, RingFlags, SocketId};
+use kp_wire::IfId;
 use libml::runtime::handover::IfControl;
-use libml::wire::IfId;
 use serde::Deserialize;
 use serde_json::{json, Value};
 

@@ -26,14 +26,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dpdk::{Mbuf, MbufBurst, Port, QueueId, Ring};
-use libml::wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
+use kp_wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
 
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::control::Gate;
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
 use crate::routes::RouteTable;
 use crate::shed::{shed_headroom, Shedder};
-use libml::answered::{Answer, AnsweredTable};
+use kp_wire::answered::{Answer, AnsweredTable};
 use libml::backoff::{IdleAction, IdleBackoff};
 
 /// Frames per RX burst (DPDK's customary 32: enough to amortise the PMD
@@ -234,7 +234,7 @@ impl DataPlane<'_> {
     /// no room is shed ([`Shedder::shed`]).
     fn enqueue_staged(
         &mut self,
-        if_id: libml::wire::IfId,
+        if_id: kp_wire::IfId,
         staged: &mut MbufBurst<RX_BURST>,
         now_ns: u64,
     ) {
@@ -380,5 +380,5 @@ pub fn write_error(
     if repr.emit(&mut buf[hdr..]).is_err() {
         return false;
     }
-    libml::wire::emit_udp_headers(&reply, RESPONSE_HEADER_LEN, buf).is_ok()
+    kp_wire::emit_udp_headers(&reply, RESPONSE_HEADER_LEN, buf).is_ok()
 }

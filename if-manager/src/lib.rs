@@ -10,7 +10,7 @@
 //! if-manager drains to the NIC. It knows nothing of models.
 //!
 //! Design:
-//! - a sans-IO core — [`classify`] (what a frame is), `libml::answered`
+//! - a sans-IO core — [`classify`] (what a frame is), `kp_wire::answered`
 //!   (which unknown-IF requests were already answered), `libml::backoff`
 //!   (what to do when idle), [`routes`] (the lock-free route table), [`outcome`] (one
 //!   named fate and counter per packet) — tested on plain bytes and time;

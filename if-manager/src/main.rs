@@ -26,7 +26,7 @@ use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
 use if_manager::routes::RouteTable;
 use if_manager::shed::Shedder;
-use libml::answered::AnsweredTable;
+use kp_wire::answered::AnsweredTable;
 use libml::backoff::IdleBackoff;
 
 /// Per-mbuf data room: DPDK's default (2048 bytes + headroom) holds any

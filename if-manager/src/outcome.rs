@@ -12,7 +12,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use libml::wire::{FrameErrorKind, MalformedKind};
+use kp_wire::{FrameErrorKind, MalformedKind};
 use serde_json::{json, Map, Value};
 
 /// The one fate of one received frame.

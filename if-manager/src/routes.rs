@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
-use libml::wire::IfId;
+use kp_wire::IfId;
 
 /// Per-IF counters, shared between the RX lcore (only writer) and readers.
 #[derive(Debug, Default)]

@@ -8,7 +8,7 @@
 //!
 //! 1. its first fragment that finds no room becomes the request's **shed
 //!    notice**: one byte of the frame is rewritten in place
-//!    ([`libml::wire::mark_shed_notice`]) and the mbuf goes on the IF's ring
+//!    ([`kp_wire::mark_shed_notice`]) and the mbuf goes on the IF's ring
 //!    after every fragment of the request already there;
 //! 2. the request is remembered here for the answered-table time-to-live, and
 //!    its later fragments are dropped ([`Outcome::ShedSuppressed`]), even once
@@ -33,8 +33,8 @@
 use std::collections::VecDeque;
 
 use dpdk::{Mbuf, Ring};
-use libml::answered::{Answer, AnsweredTable};
-use libml::wire::{IfId, RequestKey};
+use kp_wire::answered::{Answer, AnsweredTable};
+use kp_wire::{IfId, RequestKey};
 
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::outcome::{bump, Counters, Outcome};
@@ -164,7 +164,7 @@ impl Shedder {
             return Outcome::RingFull;
         }
         let at = addr.header_len();
-        if !libml::wire::mark_shed_notice(&mut mbuf.data_mut()[at..]) {
+        if !kp_wire::mark_shed_notice(&mut mbuf.data_mut()[at..]) {
             return Outcome::RingFull;
         }
         if let Answer::Now { evicted_live: true } = self.table.first_answer(&key, now_ns) {

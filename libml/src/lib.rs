@@ -5,14 +5,8 @@
 //! them under a latency SLO, runs a model and answers on the wire.
 //!
 //! Modules:
-//! - [`wire`]: the sans-IO codec of docs/PROTOCOL.md (request fragments,
-//!   responses and errors) and of the Ethernet/IPv4/UDP frames that carry
-//!   them. It takes bytes and returns typed views or errors; it never
-//!   panics on untrusted input and holds no `unsafe`.
 //! - [`backoff`]: what a poll loop does when idle (pause, then sleeps
 //!   doubling up to a cap), so idle pollers do not burn a core.
-//! - [`answered`]: a fixed-size, time-bounded memory of answered requests,
-//!   so that fragments arriving after an answer do not cause a second one.
 //! - [`reassembly`]: the sans-IO reassembler: per fragment, which input-pool
 //!   slot and offset its bytes go to, when a request is complete, and which
 //!   requests are answered BAD_REQUEST, INCOMPLETE or OVERLOADED, exactly
@@ -40,7 +34,6 @@
 
 #![deny(unsafe_code)]
 
-pub mod answered;
 pub mod backoff;
 pub mod batching;
 pub mod engine;
@@ -51,4 +44,3 @@ pub mod reassembly;
 pub mod runtime;
 pub mod telemetry;
 pub mod topk;
-pub mod wire;

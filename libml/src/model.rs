@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::wire::IfId;
+use kp_wire::IfId;
 
 /// The `schema_version` this module reads.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -69,30 +69,6 @@ impl std::str::FromStr for EngineKind {
             .into_iter()
             .find(|k| k.as_str() == s)
             .ok_or_else(|| format!("unknown engine '{s}' (onnxruntime, tract)"))
-    }
-}
-
-/// Command-line overrides of a model's engine settings, the same for every
-/// binary that runs a model (kp-if, kp-engine-bench): `#[command(flatten)]`.
-#[derive(Clone, Debug, Default, clap::Args)]
-pub struct EngineOverrides {
-    /// Engine intra-op threads (default: the model's).
-    #[arg(long)]
-    pub threads: Option<usize>,
-    /// Engine, `onnxruntime` or `tract` (default: the model's).
-    #[arg(long)]
-    pub engine: Option<EngineKind>,
-}
-
-impl EngineOverrides {
-    /// `model` with these overrides applied.
-    pub fn apply(&self, model: &mut ModelConfig) {
-        if let Some(t) = self.threads {
-            model.intra_op_threads = t;
-        }
-        if let Some(e) = self.engine {
-            model.engine = e;
-        }
     }
 }
 

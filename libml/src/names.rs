@@ -4,7 +4,7 @@
 //! do not collide. DPDK limits ring names to 28 bytes, mempool names to 25
 //! and memzone names to 31.
 
-use crate::wire::IfId;
+use kp_wire::IfId;
 
 /// The packet mempool the if-manager creates and IFs look up.
 pub const MEMPOOL: &str = "kp_mbufs";

@@ -5,7 +5,7 @@
 //! # What
 //!
 //! An IF dequeues request fragments (one datagram each, already checked by
-//! [`Fragment::new_checked`](crate::wire::Fragment::new_checked)) and hands
+//! [`Fragment::new_checked`](kp_wire::Fragment::new_checked)) and hands
 //! each one's header to [`Reassembler::on_fragment`]. The answer is a
 //! [`FragmentOutcome`]: copy the payload into slot `s` at byte offset `o`
 //! (and maybe: the request is now complete), drop it (duplicate, late,
@@ -137,7 +137,7 @@
 //! - [`drain_in_flight`] hands over only Assembling requests; Handed ones
 //!   are already the caller's.
 //! - Geometry is not re-checked beyond what offsets need: a header that
-//!   [`Fragment::new_checked`](crate::wire::Fragment::new_checked) would
+//!   [`Fragment::new_checked`](kp_wire::Fragment::new_checked) would
 //!   refuse, or whose `if_id`/`request_id` differ from the key's, is
 //!   counted as `Malformed` and dropped.
 //!
@@ -146,7 +146,7 @@
 //! ```
 //! use std::net::Ipv4Addr;
 //! use libml::reassembly::*;
-//! use libml::wire::{FragmentRepr, IfId, RequestKey};
+//! use kp_wire::{FragmentRepr, IfId, RequestKey};
 //!
 //! let mut r = Reassembler::new(ReassemblerConfig::new(6))?;
 //! let key = RequestKey { src_ip: Ipv4Addr::new(10, 0, 0, 1), src_port: 4000, if_id: IfId(1), request_id: 7 };
@@ -177,8 +177,8 @@ use bitvec::boxed::BitBox;
 use bitvec::slice::BitSlice;
 use thiserror::Error;
 
-use crate::answered::{Answer, AnsweredTable};
-use crate::wire::{FragmentRepr, RequestKey, Status};
+use kp_wire::answered::{Answer, AnsweredTable};
+use kp_wire::{FragmentRepr, RequestKey, Status};
 
 mod index;
 #[cfg(test)]
@@ -914,7 +914,7 @@ impl Reassembler {
     /// The if-manager could not deliver a fragment of request `key` (its
     /// ring to this IF was full) and sent this shed notice instead
     /// (`header` is that fragment's; see
-    /// [`SHED_NOTICE_TYPE`](crate::wire::SHED_NOTICE_TYPE)). The request is
+    /// [`SHED_NOTICE_TYPE`](kp_wire::SHED_NOTICE_TYPE)). The request is
     /// answered OVERLOADED now — a `Reject`, with the slot it held, if any,
     /// free already — unless it was answered or handed over before (`Late`:
     /// stay silent). Either way its later fragments are `Late`.
@@ -1116,7 +1116,7 @@ fn key_hash(k: &RequestKey) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::IfId;
+    use kp_wire::IfId;
     use std::net::Ipv4Addr;
 
     /// Input size: every frag_count in 1..=9 is a valid geometry for it.

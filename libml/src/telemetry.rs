@@ -12,7 +12,7 @@
 use hdrhistogram::Histogram;
 use serde_json::{json, Value};
 
-use crate::wire::Status;
+use kp_wire::Status;
 
 /// Weight of the newest sample in the EWMAs. 0.1 follows a change within
 /// ~20 samples while smoothing batch-to-batch noise; GSLICE's control loop

@@ -205,7 +205,7 @@ impl Daemon {
         let nic = nic_hint(&cfg.if_manager.eal);
         let topology = match &cfg.platform.cores {
             Some(list) => Topology::from_cpus(
-                dpdk::affinity::parse_cpu_list(list).map_err(anyhow::Error::msg)?,
+                kp_os::affinity::parse_cpu_list(list).map_err(anyhow::Error::msg)?,
             ),
             None => Topology::discover().unwrap_or_else(|e| {
                 eprintln!("orchestrator: hwloc: {e}; using the cores this process may run on");
@@ -1255,7 +1255,7 @@ fn clean_up_previous(runtime_dir: &Path) {
         return;
     };
     let owner = state["orchestrator"].as_u64().unwrap_or(0) as u32;
-    if dpdk::affinity::process_alive(owner) && owner != std::process::id() {
+    if kp_os::affinity::process_alive(owner) && owner != std::process::id() {
         eprintln!(
             "orchestrator: another orchestrator (pid {owner}) runs on {}",
             runtime_dir.display()
@@ -1273,7 +1273,7 @@ fn clean_up_previous(runtime_dir: &Path) {
         .unwrap_or_default();
     let alive: Vec<u32> = pids
         .into_iter()
-        .filter(|p| dpdk::affinity::process_alive(*p))
+        .filter(|p| kp_os::affinity::process_alive(*p))
         .collect();
     if !alive.is_empty() {
         eprintln!(
@@ -1284,10 +1284,11 @@ fn clean_up_previous(runtime_dir: &Path) {
             crate::process::signal(*p, "TERM");
         }
         let deadline = Instant::now() + Duration::from_secs(10);
-        while alive.iter().any(|p| dpdk::affinity::process_alive(*p)) && Instant::now() < deadline {
+        while alive.iter().any(|p| kp_os::affinity::process_alive(*p)) && Instant::now() < deadline
+        {
             std::thread::sleep(Duration::from_millis(20));
         }
-        for p in alive.iter().filter(|p| dpdk::affinity::process_alive(**p)) {
+        for p in alive.iter().filter(|p| kp_os::affinity::process_alive(**p)) {
             crate::process::signal(*p, "KILL");
         }
     }

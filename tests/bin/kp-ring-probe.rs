@@ -2,7 +2,7 @@
 //! DPDK secondary process.
 //!
 //! It looks up the named IF rings, dequeues every fragment the if-manager
-//! routed there, re-parses each with libml's codec, records where it came
+//! routed there, re-parses each with kp-wire's codec, records where it came
 //! from and frees the mbuf. It stops once it has seen `--expect` fragments
 //! in all, or nothing arrived for `--idle-ms`, and writes what it saw as
 //! JSON (to `--out`, or stdout):
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use dpdk::{Eal, MbufBurst, ProcessType, Ring};
-use libml::wire::{parse_udp_frame, Fragment};
+use kp_wire::{parse_udp_frame, Fragment};
 use serde_json::json;
 
 #[derive(Debug, Parser)]

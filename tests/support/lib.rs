@@ -328,7 +328,7 @@ pub mod expect {
 
     use anyhow::{ensure, Context, Result};
     use kp_traffic::manifest::{Expected, Manifest};
-    use libml::wire::{parse_udp_frame, MsgType, Response, Status};
+    use kp_wire::{parse_udp_frame, MsgType, Response, Status};
     use serde_json::Value;
 
     /// Loads a manifest written by `kp-gen --manifest`.

@@ -67,10 +67,8 @@
 //! - DPDK 22.11 as packaged by Debian, linked dynamically (the EAL then
 //!   loads its PMD plugins by itself).
 
-pub mod affinity;
 mod eal;
 mod error;
-pub mod futex;
 mod ids;
 mod live;
 mod mbuf;

@@ -1,6 +1,6 @@
 /*
  * layout_probe.c — what the C compiler makes of kneepoint_if.h, for the test
- * that checks the hand-written Rust bindings (src/sys.rs) against it.
+ * that checks the hand-written Rust bindings (src/lib.rs) against it.
  *
  * Exports a table of (name, value) pairs: every struct's size and alignment,
  * every field's offset, and every macro constant. The Rust test compares

@@ -1,654 +1,307 @@
-//! kp-if-abi — the C ABI through which an inference function (IF) hosts an
-//! inference engine written in C or C++, and the safe adapter that makes
-//! such an engine a [`libml::engine::Framework`].
+//! kp-if-abi — the C ABI through which an inference function hosts an
+//! inference engine written in C or C++: the header
+//! `include/kneepoint_if.h` (the normative contract: GSLICE's six callbacks
+//! in a `kp_framework` table, versioning, ownership) and hand-written raw
+//! bindings to it, one item per C item and with the C names.
 //!
-//! # What is here
-//!
-//! - `include/kneepoint_if.h`: the C header, the normative contract. An
-//!   engine fills a [`sys::kp_framework`] table with GSLICE's six callbacks
-//!   (`init`, `deinit`, `load_model`, `link_model`, `configure_batch`,
-//!   `infer_batch`), a `name` and two error accessors (`error_message`,
-//!   `error_free`), and a shared library exports it through
-//!   `const kp_framework *kp_if_framework(void)`.
-//! - [`sys`]: hand-written `#[repr(C)]` bindings to the header, checked
-//!   against the C compiler's sizes, alignments and offsets by a unit test.
-//! - [`CFramework`]: the safe adapter. [`CFramework::load`] `dlopen()`s an
-//!   engine library by path (and keeps it loaded as long as the adapter
-//!   lives); [`CFramework::from_table`] adapts a table linked into the
-//!   binary.
-//! - `examples/c_engine/mean_engine.c`: a demonstration engine (window
-//!   means of the input, from a `key=value` text "model") that exercises
-//!   every callback and error path. It is an ABI demonstration, not a model.
-//!
-//! # Versioning
-//!
-//! Each side states the version it was built against: the engine in the
-//! first two fields of its table, the host in the first two fields of
-//! `kp_engine_config`. The adapter reads only those two fields of a table
-//! first and refuses a major other than [`sys::KP_IF_ABI_VERSION_MAJOR`]
-//! ([`OpenError::Version`]); any minor of the same major is accepted.
-//!
-//! # Ownership (summary of the header's rules)
-//!
-//! - Inputs (config, model path, model bytes, input tensor) are borrowed by
-//!   the engine for one call; the output tensor is borrowed, writable, for
-//!   one `infer_batch`.
-//! - The engine handle is the engine's; the adapter passes it back and calls
-//!   `deinit` exactly once if `init` succeeded — from [`Framework::deinit`]
-//!   or, if the host never called that, from `Drop`.
-//! - `kp_model_info` is host memory; its name strings are the engine's
-//!   until its next call, and the adapter copies them into [`ModelInfo`]
-//!   before returning.
-//! - An error object the engine sets in `*err` becomes the adapter's: it
-//!   copies the message into the [`EngineError`] and calls the engine's
-//!   `error_free` exactly once, on every path (also when an engine sets an
-//!   error on success). No allocator crosses the ABI.
-//!
-//! # Call order and threading
-//!
-//! The adapter enforces the header's call order itself (init first, one
-//! successful load or link, `configure_batch` before `infer_batch`,
-//! nothing after `deinit`) and answers [`EngineError::Order`] without
-//! calling the engine, so an engine may rely on that order. Calls are made
-//! one at a time (`&mut self`); the adapter is `Send`, so they may come from
-//! different threads over its life, which the header requires engines to
-//! accept.
-//!
-//! # Status codes
-//!
-//! `KP_STATUS_MODEL` becomes [`EngineError::Model`], `KP_STATUS_SHAPE`
-//! [`EngineError::Shape`], `KP_STATUS_RUN` and unknown codes
-//! [`EngineError::Run`]. `KP_STATUS_ORDER` becomes [`EngineError::Run`]
-//! with "out of order" in the message: [`EngineError::Order`] holds only a
-//! `&'static str`, and keeping the engine's message matters more than the
-//! variant (the adapter's own order checks do answer `Order`).
-//!
-//! # Limits
-//!
-//! - Shapes have at most [`sys::KP_MAX_RANK`] (8) dimensions; a model with
-//!   more cannot be described through this ABI.
-//! - Tensors are `f32` only, one input and one output, as in the
-//!   [`Framework`] trait.
-//! - The adapter trusts the engine to keep the header's rules (bounds of
-//!   `input`/`output`, string validity, no use of borrowed memory after a
-//!   call): a C engine runs in the IF's address space, so a broken one can
-//!   corrupt it. That is why the constructors are `unsafe`.
-//! - A library is unloaded when its adapter is dropped; an engine must not
-//!   leave threads or callbacks behind after `deinit`.
-//! - Tested on Linux (ELF shared libraries, `dlopen`).
+//! Bindings only: the safe adapter that makes such an engine a libml
+//! `Framework` (dlopen, call order, error ownership) sits above libml, in
+//! `engines/c-abi` (crate `kp-engine-c`).
+//! The header is the reference: see it for what
+//! every field means and who owns what. The unit test `layout_matches_c`
+//! compares every size, alignment, offset and constant here with what the C
+//! compiler makes of the header.
 
-use std::ffi::{c_char, CStr, CString};
-use std::fmt;
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-use std::ptr;
+#![allow(non_camel_case_types)]
 
-use libloading::Library;
-use libml::engine::{EngineConfig, EngineError, Framework, ModelInfo};
-use thiserror::Error;
+use std::ffi::c_char;
+use std::marker::{PhantomData, PhantomPinned};
 
-pub mod sys;
+/// `KP_IF_ABI_VERSION_MAJOR`: the host refuses an engine of another major.
+pub const KP_IF_ABI_VERSION_MAJOR: u32 = 1;
+/// `KP_IF_ABI_VERSION_MINOR`: backward-compatible additions within a major.
+pub const KP_IF_ABI_VERSION_MINOR: u32 = 0;
+/// `KP_MAX_RANK`: most dimensions of a [`kp_shape`].
+pub const KP_MAX_RANK: usize = 8;
 
-use sys::{kp_engine, kp_error, kp_framework, kp_model_info, kp_shape, kp_status};
+/// `kp_status`: a callback's outcome.
+pub type kp_status = i32;
+/// The call succeeded.
+pub const KP_STATUS_OK: kp_status = 0;
+/// The model could not be read, parsed or prepared.
+pub const KP_STATUS_MODEL: kp_status = 1;
+/// Inputs, outputs or a batch size do not fit the model.
+pub const KP_STATUS_SHAPE: kp_status = 2;
+/// The call came out of order.
+pub const KP_STATUS_ORDER: kp_status = 3;
+/// Anything else went wrong.
+pub const KP_STATUS_RUN: kp_status = 4;
 
-/// Why an engine's table could not be adapted.
-#[derive(Debug, Error)]
-pub enum OpenError {
-    /// `dlopen()` failed.
-    #[error("cannot load engine library {path}: {reason}")]
-    Dlopen {
-        /// The library's path.
-        path: String,
-        /// The loader's message.
-        reason: String,
-    },
-    /// The library does not export `kp_if_framework`.
-    #[error("engine library {path} does not export kp_if_framework: {reason}")]
-    EntryPoint {
-        /// The library's path.
-        path: String,
-        /// The loader's message.
-        reason: String,
-    },
-    /// `kp_if_framework()` returned NULL.
-    #[error("kp_if_framework() returned no table")]
-    NullTable,
-    /// The engine was built against another major version of the ABI.
-    #[error("engine speaks kneepoint IF ABI {engine_major}.{engine_minor}, this host speaks {host_major}.x")]
-    Version {
-        /// The engine's major version.
-        engine_major: u32,
-        /// The engine's minor version.
-        engine_minor: u32,
-        /// The host's major version.
-        host_major: u32,
-    },
-    /// A required table entry is NULL.
-    #[error("engine table has no {0}")]
-    Missing(&'static str),
+/// `KP_IF_ENTRY_POINT`: the symbol an engine library exports, NUL-terminated.
+pub const KP_IF_ENTRY_POINT: &[u8] = b"kp_if_framework\0";
+
+/// `kp_engine`: one engine instance, opaque (the engine's own state).
+#[repr(C)]
+#[derive(Debug)]
+pub struct kp_engine {
+    _opaque: [u8; 0],
+    _not_send_sync_unpin: PhantomData<(*mut u8, PhantomPinned)>,
 }
 
-impl From<OpenError> for EngineError {
-    fn from(e: OpenError) -> Self {
-        EngineError::Library(e.to_string())
-    }
+/// `kp_error`: one error message, opaque (allocated by the engine).
+#[repr(C)]
+#[derive(Debug)]
+pub struct kp_error {
+    _opaque: [u8; 0],
+    _not_send_sync_unpin: PhantomData<(*mut u8, PhantomPinned)>,
 }
 
-/// The table's callbacks, checked non-NULL.
-#[derive(Clone, Copy, Debug)]
-struct Callbacks {
-    init: sys::kp_init_fn,
-    deinit: sys::kp_deinit_fn,
-    load_model: sys::kp_load_model_fn,
-    link_model: sys::kp_link_model_fn,
-    configure_batch: sys::kp_configure_batch_fn,
-    infer_batch: sys::kp_infer_batch_fn,
-    error_message: sys::kp_error_message_fn,
-    error_free: sys::kp_error_free_fn,
-}
-
-impl Callbacks {
-    fn from_table(table: &kp_framework) -> Result<Self, OpenError> {
-        Ok(Self {
-            init: table.init.ok_or(OpenError::Missing("init"))?,
-            deinit: table.deinit.ok_or(OpenError::Missing("deinit"))?,
-            load_model: table.load_model.ok_or(OpenError::Missing("load_model"))?,
-            link_model: table.link_model.ok_or(OpenError::Missing("link_model"))?,
-            configure_batch: table
-                .configure_batch
-                .ok_or(OpenError::Missing("configure_batch"))?,
-            infer_batch: table.infer_batch.ok_or(OpenError::Missing("infer_batch"))?,
-            error_message: table
-                .error_message
-                .ok_or(OpenError::Missing("error_message"))?,
-            error_free: table.error_free.ok_or(OpenError::Missing("error_free"))?,
-        })
-    }
-}
-
-/// Where the adapter is in the header's call order.
+/// `kp_engine_config`: what the engine needs before it loads anything.
+#[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Stage {
-    /// No engine yet (also after a failed `init`).
-    Created,
-    /// `init` succeeded; no model.
-    Initialised,
-    /// A model is loaded or linked.
-    Loaded,
-    /// `configure_batch` succeeded at least once.
-    Configured,
-    /// `deinit` done (or never needed); nothing more may be called.
-    Released,
+pub struct kp_engine_config {
+    /// The ABI the host was built against.
+    pub abi_version_major: u32,
+    /// The ABI the host was built against.
+    pub abi_version_minor: u32,
+    /// Intra-op threads (>= 1).
+    pub intra_op_threads: usize,
 }
 
-/// A C engine (a [`sys::kp_framework`] table) as a [`Framework`].
-///
-/// See the crate docs for the ownership and ordering rules it keeps.
-pub struct CFramework {
-    name: String,
-    abi_version: (u32, u32),
-    callbacks: Callbacks,
-    /// The engine's handle; meaningful in `Initialised..=Configured`.
+/// `kp_shape`: `dims[..rank]` are the dimensions, without the batch one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct kp_shape {
+    /// Number of dimensions used, at most [`KP_MAX_RANK`].
+    pub rank: usize,
+    /// The dimensions; entries at `rank..` are ignored.
+    pub dims: [usize; KP_MAX_RANK],
+}
+
+/// `kp_model_info`: the tensors of a loaded model.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct kp_model_info {
+    /// NUL-terminated, owned by the engine until its next call returns.
+    pub input_name: *const c_char,
+    /// Input shape without the batch dimension.
+    pub input_shape: kp_shape,
+    /// NUL-terminated, owned by the engine until its next call returns.
+    pub output_name: *const c_char,
+    /// Output shape without the batch dimension.
+    pub output_shape: kp_shape,
+}
+
+/// `kp_framework.init`.
+pub type kp_init_fn = unsafe extern "C" fn(
+    config: *const kp_engine_config,
+    out: *mut *mut kp_engine,
+    err: *mut *mut kp_error,
+) -> kp_status;
+/// `kp_framework.deinit`.
+pub type kp_deinit_fn = unsafe extern "C" fn(engine: *mut kp_engine);
+/// `kp_framework.load_model`.
+pub type kp_load_model_fn = unsafe extern "C" fn(
     engine: *mut kp_engine,
-    stage: Stage,
-    /// What the loaded (or being loaded) model is, for error messages.
-    model: String,
-    /// Keeps the engine's code loaded; dropped after `Drop::drop` has called
-    /// `deinit`, and after every other field.
-    library: Option<Library>,
+    path: *const c_char,
+    out: *mut kp_model_info,
+    err: *mut *mut kp_error,
+) -> kp_status;
+/// `kp_framework.link_model`.
+pub type kp_link_model_fn = unsafe extern "C" fn(
+    engine: *mut kp_engine,
+    bytes: *const u8,
+    len: usize,
+    out: *mut kp_model_info,
+    err: *mut *mut kp_error,
+) -> kp_status;
+/// `kp_framework.configure_batch`.
+pub type kp_configure_batch_fn = unsafe extern "C" fn(
+    engine: *mut kp_engine,
+    max_batch: usize,
+    err: *mut *mut kp_error,
+) -> kp_status;
+/// `kp_framework.infer_batch`.
+pub type kp_infer_batch_fn = unsafe extern "C" fn(
+    engine: *mut kp_engine,
+    input: *const f32,
+    input_len: usize,
+    batch: usize,
+    output: *mut f32,
+    output_len: usize,
+    err: *mut *mut kp_error,
+) -> kp_status;
+/// `kp_framework.error_message`.
+pub type kp_error_message_fn = unsafe extern "C" fn(err: *const kp_error) -> *const c_char;
+/// `kp_framework.error_free`.
+pub type kp_error_free_fn = unsafe extern "C" fn(err: *mut kp_error);
+
+/// `kp_framework`: an engine's callback table. Function pointers are
+/// `Option`s because C may leave them NULL; the adapter refuses a table
+/// with a NULL callback.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct kp_framework {
+    /// The ABI the engine was built against.
+    pub abi_version_major: u32,
+    /// The ABI the engine was built against.
+    pub abi_version_minor: u32,
+    /// NUL-terminated, static in the library.
+    pub name: *const c_char,
+    /// Creates an engine.
+    pub init: Option<kp_init_fn>,
+    /// Releases an engine.
+    pub deinit: Option<kp_deinit_fn>,
+    /// Loads a model from a file.
+    pub load_model: Option<kp_load_model_fn>,
+    /// Attaches a model already in memory.
+    pub link_model: Option<kp_link_model_fn>,
+    /// Prepares for batches up to a size.
+    pub configure_batch: Option<kp_configure_batch_fn>,
+    /// Runs a batch.
+    pub infer_batch: Option<kp_infer_batch_fn>,
+    /// An error's message.
+    pub error_message: Option<kp_error_message_fn>,
+    /// Releases an error.
+    pub error_free: Option<kp_error_free_fn>,
 }
 
-impl fmt::Debug for CFramework {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CFramework")
-            .field("name", &self.name)
-            .field("abi_version", &self.abi_version)
-            .field("stage", &self.stage)
-            .field("model", &self.model)
-            .field("library", &self.library)
-            .finish_non_exhaustive()
-    }
-}
-
-// SAFETY:
-// - The header requires an engine to accept calls on one instance from
-//   different threads as long as they are not concurrent; `&mut self` on
-//   every call makes them one at a time, and `Send` without `Sync` never
-//   shares the adapter between threads.
-// - The remaining fields are a `String`, plain function pointers to code that
-//   stays loaded as long as `library`, and a `libloading::Library`, which is
-//   itself `Send`.
-unsafe impl Send for CFramework {}
-
-impl CFramework {
-    /// `dlopen()`s the engine library at `path`, calls its
-    /// `kp_if_framework()` and adapts the table. The library stays loaded
-    /// until the adapter is dropped. A `path` without a `/` is looked up as
-    /// `dlopen()` does (`LD_LIBRARY_PATH`, the cache, ...); pass a path.
-    ///
-    /// # Safety
-    ///
-    /// - Loading a library runs its initialisers: it must be safe to load
-    ///   into this process.
-    /// - The library must implement `kneepoint_if.h` as documented there: its
-    ///   `kp_if_framework` has the declared type and returns a table of the
-    ///   version it states, and every callback keeps the header's rules
-    ///   (bounds, ownership, string validity). The adapter's safety rests
-    ///   on them.
-    pub unsafe fn load(path: impl AsRef<Path>) -> Result<Self, OpenError> {
-        let path = path.as_ref();
-        // SAFETY:
-        // - running the library's initialisers is the caller's promise
-        //   (this function's contract).
-        let library = unsafe { Library::new(path) }.map_err(|e| OpenError::Dlopen {
-            path: path.display().to_string(),
-            reason: e.to_string(),
-        })?;
-        // SAFETY:
-        // - the header declares `kp_if_framework` as `kp_if_framework_fn`,
-        //   and the caller promises the library follows the header.
-        let entry = unsafe { library.get::<sys::kp_if_framework_fn>(sys::KP_IF_ENTRY_POINT) }
-            .map_err(|e| OpenError::EntryPoint {
-                path: path.display().to_string(),
-                reason: e.to_string(),
-            })?;
-        // SAFETY:
-        // - `entry` has the header's type, takes no arguments and may be
-        //   called any number of times from any thread (header rules,
-        //   promised by the caller); `library` keeps its code loaded.
-        let table = unsafe { entry() };
-        // SAFETY:
-        // - `table` comes from the entry point, which returns NULL or a
-        //   table that stays valid while `library` is loaded, and `library`
-        //   is moved into the adapter, which copies what it keeps.
-        unsafe { Self::from_raw(table, Some(library)) }
-    }
-
-    /// Adapts a table linked into this binary (e.g. a C engine compiled
-    /// into the host).
-    ///
-    /// # Safety
-    ///
-    /// - Every callback must keep the rules of `kneepoint_if.h` (bounds,
-    ///   ownership, string validity): the adapter's safety rests on them.
-    /// - The callbacks' code must stay valid as long as the adapter lives,
-    ///   and `table.name` must be NULL or a NUL-terminated string valid for
-    ///   this call.
-    pub unsafe fn from_table(table: &kp_framework) -> Result<Self, OpenError> {
-        // SAFETY:
-        // - a reference is a valid, aligned, whole table; the rest is this
-        //   function's contract, passed on.
-        unsafe { Self::from_raw(table, None) }
-    }
-
-    /// # Safety
-    ///
-    /// - `table` is NULL or points to at least the two version fields of a
-    ///   table, and to a whole `kp_framework` if its major is ours; that
-    ///   table is valid for this call.
-    /// - The callbacks keep the header's rules and their code stays loaded
-    ///   as long as the adapter (through `library` or otherwise).
-    unsafe fn from_raw(
-        table: *const kp_framework,
-        library: Option<Library>,
-    ) -> Result<Self, OpenError> {
-        if table.is_null() {
-            return Err(OpenError::NullTable);
-        }
-        // Only the two version fields, which every major keeps in place: a
-        // table of another major may be shorter than ours.
-        // SAFETY:
-        // - `table` is non-NULL and points to at least the version fields
-        //   (contract); the place expression reads that field alone.
-        let engine_major = unsafe { (*table).abi_version_major };
-        // SAFETY:
-        // - as above, for the second version field.
-        let engine_minor = unsafe { (*table).abi_version_minor };
-        if engine_major != sys::KP_IF_ABI_VERSION_MAJOR {
-            return Err(OpenError::Version {
-                engine_major,
-                engine_minor,
-                host_major: sys::KP_IF_ABI_VERSION_MAJOR,
-            });
-        }
-        // SAFETY:
-        // - the major is ours, so `table` points to a whole, valid, aligned
-        //   `kp_framework` (contract); it is plain data and copied.
-        let table = unsafe { ptr::read(table) };
-        let callbacks = Callbacks::from_table(&table)?;
-        if table.name.is_null() {
-            return Err(OpenError::Missing("name"));
-        }
-        // SAFETY:
-        // - a non-NULL `name` is a NUL-terminated string that stays valid
-        //   while the library is loaded (header), here for this call; it is
-        //   copied at once.
-        let name = unsafe { CStr::from_ptr(table.name) }
-            .to_string_lossy()
-            .into_owned();
-        Ok(Self {
-            name,
-            abi_version: (engine_major, engine_minor),
-            callbacks,
-            engine: ptr::null_mut(),
-            stage: Stage::Created,
-            model: String::new(),
-            library,
-        })
-    }
-
-    /// The ABI version `(major, minor)` the engine states it was built
-    /// against.
-    pub fn abi_version(&self) -> (u32, u32) {
-        self.abi_version
-    }
-
-    /// Whether an engine instance is alive (between a successful `init` and
-    /// `deinit`).
-    fn has_engine(&self) -> bool {
-        matches!(
-            self.stage,
-            Stage::Initialised | Stage::Loaded | Stage::Configured
-        )
-    }
-
-    /// Takes ownership of the error object a callback returned (if any),
-    /// copies its message and frees it, then maps `status` to a result.
-    fn outcome(
-        &self,
-        callback: &str,
-        status: kp_status,
-        err: *mut kp_error,
-    ) -> Result<(), EngineError> {
-        // Freed when this function returns, on every path.
-        let err = OwnedError {
-            ptr: err,
-            callbacks: &self.callbacks,
-        };
-        if status == sys::KP_STATUS_OK {
-            return Ok(());
-        }
-        let message = format!("{} {callback}: {}", self.name, err.message());
-        Err(match status {
-            sys::KP_STATUS_MODEL => EngineError::Model {
-                model: self.model.clone(),
-                reason: message,
-            },
-            sys::KP_STATUS_SHAPE => EngineError::Shape(message),
-            sys::KP_STATUS_ORDER => EngineError::Run(format!("{message} (out of order)")),
-            sys::KP_STATUS_RUN => EngineError::Run(message),
-            other => EngineError::Run(format!("{message} (unknown status {other})")),
-        })
-    }
-
-    /// Shared by `load_model` and `link_model`: calls `load` with a zeroed
-    /// `kp_model_info` and copies the result out.
-    fn load_with(
-        &mut self,
-        callback: &str,
-        model: String,
-        load: impl FnOnce(*mut kp_engine, *mut kp_model_info, *mut *mut kp_error) -> kp_status,
-    ) -> Result<ModelInfo, EngineError> {
-        match self.stage {
-            Stage::Initialised => {}
-            Stage::Created => return Err(EngineError::Order("model loaded before init")),
-            Stage::Loaded | Stage::Configured => {
-                return Err(EngineError::Order("a model is already loaded"))
-            }
-            Stage::Released => return Err(EngineError::Order("engine used after deinit")),
-        }
-        self.model = model;
-        let mut info = kp_model_info {
-            input_name: ptr::null(),
-            input_shape: kp_shape::default(),
-            output_name: ptr::null(),
-            output_shape: kp_shape::default(),
-        };
-        let mut err: *mut kp_error = ptr::null_mut();
-        let status = load(self.engine, &mut info, &mut err);
-        self.outcome(callback, status, err)?;
-        // SAFETY:
-        // - the call succeeded and the engine has not been called since, so
-        //   the names in `info` are NULL or valid NUL-terminated strings
-        //   (header: valid until the engine's next call); they are copied.
-        let converted = unsafe { model_info_from_c(&info) };
-        let info = converted.map_err(|reason| EngineError::Model {
-            model: self.model.clone(),
-            reason: format!(
-                "{} {callback}: engine described the model wrongly: {reason}",
-                self.name
-            ),
-        })?;
-        self.stage = Stage::Loaded;
-        Ok(info)
-    }
-}
-
-/// An error object the engine handed over; frees it with the engine's
-/// `error_free` on drop.
-struct OwnedError<'a> {
-    ptr: *mut kp_error,
-    callbacks: &'a Callbacks,
-}
-
-impl OwnedError<'_> {
-    /// The message, copied; a placeholder if the engine gave none.
-    fn message(&self) -> String {
-        if self.ptr.is_null() {
-            return "(no message)".to_owned();
-        }
-        // SAFETY:
-        // - `ptr` is a live error object from this engine (not yet freed:
-        //   only `drop` frees it); `error_message` may be called on it from
-        //   any thread (header).
-        let text = unsafe { (self.callbacks.error_message)(self.ptr) };
-        if text.is_null() {
-            return "(no message)".to_owned();
-        }
-        // SAFETY:
-        // - a non-NULL message is NUL-terminated and valid until `error_free`
-        //   (header), which runs only in `drop`, after this copy.
-        unsafe { CStr::from_ptr(text) }
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
-impl Drop for OwnedError<'_> {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY:
-            // - `ptr` is an error object this engine allocated and handed
-            //   over (header: ownership passes to the host), freed exactly
-            //   once here and not used afterwards.
-            unsafe { (self.callbacks.error_free)(self.ptr) };
-        }
-    }
-}
-
-/// Copies a `kp_shape`, checking its rank.
-fn shape_from_c(shape: &kp_shape) -> Result<Vec<usize>, String> {
-    shape
-        .dims
-        .get(..shape.rank)
-        .map(<[usize]>::to_vec)
-        .ok_or_else(|| format!("rank {} exceeds {}", shape.rank, sys::KP_MAX_RANK))
-}
-
-/// Copies a name out of a `kp_model_info`.
-///
-/// # Safety
-///
-/// - `name` is NULL or a NUL-terminated string valid for this call.
-unsafe fn name_from_c(name: *const c_char, what: &str) -> Result<String, String> {
-    if name.is_null() {
-        return Err(format!("no {what}"));
-    }
-    // SAFETY:
-    // - non-NULL, NUL-terminated and valid for this call (contract).
-    Ok(unsafe { CStr::from_ptr(name) }
-        .to_string_lossy()
-        .into_owned())
-}
-
-/// Copies a `kp_model_info` into a [`ModelInfo`].
-///
-/// # Safety
-///
-/// - Both names are NULL or NUL-terminated strings valid for this call.
-unsafe fn model_info_from_c(info: &kp_model_info) -> Result<ModelInfo, String> {
-    Ok(ModelInfo {
-        // SAFETY:
-        // - the names are NULL or valid strings (contract).
-        input_name: unsafe { name_from_c(info.input_name, "input name") }?,
-        input_shape: shape_from_c(&info.input_shape).map_err(|e| format!("input shape: {e}"))?,
-        // SAFETY:
-        // - as above.
-        output_name: unsafe { name_from_c(info.output_name, "output name") }?,
-        output_shape: shape_from_c(&info.output_shape).map_err(|e| format!("output shape: {e}"))?,
-    })
-}
-
-impl Framework for CFramework {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn init(&mut self, config: &EngineConfig) -> Result<(), EngineError> {
-        match self.stage {
-            Stage::Created => {}
-            Stage::Released => return Err(EngineError::Order("engine used after deinit")),
-            _ => return Err(EngineError::Order("init called twice")),
-        }
-        let config = sys::kp_engine_config {
-            abi_version_major: sys::KP_IF_ABI_VERSION_MAJOR,
-            abi_version_minor: sys::KP_IF_ABI_VERSION_MINOR,
-            intra_op_threads: config.intra_op_threads,
-        };
-        let mut engine: *mut kp_engine = ptr::null_mut();
-        let mut err: *mut kp_error = ptr::null_mut();
-        // SAFETY:
-        // - `config`, `engine` and `err` are valid for the call and only
-        //   borrowed by it (header); `err` starts NULL as required.
-        // - no engine exists yet, so nothing else is running on it.
-        let status = unsafe { (self.callbacks.init)(&config, &mut engine, &mut err) };
-        self.outcome("init", status, err)?;
-        self.engine = engine;
-        self.stage = Stage::Initialised;
-        Ok(())
-    }
-
-    fn load_model(&mut self, path: &Path) -> Result<ModelInfo, EngineError> {
-        let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| EngineError::Model {
-            model: path.display().to_string(),
-            reason: "the path contains a NUL byte".to_owned(),
-        })?;
-        let load_model = self.callbacks.load_model;
-        self.load_with(
-            "load_model",
-            path.display().to_string(),
-            |engine, info, err| {
-                // SAFETY:
-                // - `engine` is live (`load_with` checked the stage) and called
-                //   by nothing else (`&mut self`).
-                // - `c_path` is NUL-terminated and outlives the call; `info` and
-                //   `err` are valid for the call, `err` starts NULL.
-                unsafe { load_model(engine, c_path.as_ptr(), info, err) }
-            },
-        )
-    }
-
-    fn link_model(&mut self, model_bytes: &[u8]) -> Result<ModelInfo, EngineError> {
-        let link_model = self.callbacks.link_model;
-        let model = format!("{} bytes in memory", model_bytes.len());
-        self.load_with("link_model", model, |engine, info, err| {
-            // SAFETY:
-            // - `engine` is live (`load_with` checked the stage) and called
-            //   by nothing else (`&mut self`).
-            // - `model_bytes` is `len` readable bytes, borrowed for the call
-            //   only (header); `info` and `err` are valid, `err` starts NULL.
-            unsafe { link_model(engine, model_bytes.as_ptr(), model_bytes.len(), info, err) }
-        })
-    }
-
-    fn configure_batch(&mut self, max_batch: usize) -> Result<(), EngineError> {
-        match self.stage {
-            Stage::Loaded | Stage::Configured => {}
-            Stage::Created | Stage::Initialised => {
-                return Err(EngineError::Order(
-                    "configure_batch before load_model or link_model",
-                ))
-            }
-            Stage::Released => return Err(EngineError::Order("engine used after deinit")),
-        }
-        let mut err: *mut kp_error = ptr::null_mut();
-        // SAFETY:
-        // - `self.engine` is live (stage checked) and called by nothing else
-        //   (`&mut self`); `err` is valid for the call and starts NULL.
-        let status = unsafe { (self.callbacks.configure_batch)(self.engine, max_batch, &mut err) };
-        self.outcome("configure_batch", status, err)?;
-        self.stage = Stage::Configured;
-        Ok(())
-    }
-
-    fn infer_batch(
-        &mut self,
-        input: &[f32],
-        batch: usize,
-        output: &mut [f32],
-    ) -> Result<(), EngineError> {
-        match self.stage {
-            Stage::Configured => {}
-            Stage::Created | Stage::Initialised => {
-                return Err(EngineError::Order(
-                    "infer_batch before load_model or link_model",
-                ))
-            }
-            Stage::Loaded => return Err(EngineError::Order("infer_batch before configure_batch")),
-            Stage::Released => return Err(EngineError::Order("engine used after deinit")),
-        }
-        let mut err: *mut kp_error = ptr::null_mut();
-        // SAFETY:
-        // - `self.engine` is live (stage checked) and called by nothing else
-        //   (`&mut self`).
-        // - `input` is `input.len()` readable floats and `output`
-        //   `output.len()` writable ones, both borrowed for the call only;
-        //   the engine reads and writes within those lengths (header).
-        // - `err` is valid for the call and starts NULL.
-        let status = unsafe {
-            (self.callbacks.infer_batch)(
-                self.engine,
-                input.as_ptr(),
-                input.len(),
-                batch,
-                output.as_mut_ptr(),
-                output.len(),
-                &mut err,
-            )
-        };
-        self.outcome("infer_batch", status, err)
-    }
-
-    fn deinit(&mut self) {
-        if self.has_engine() {
-            // SAFETY:
-            // - `self.engine` came from a successful `init` and has not been
-            //   released (stage); it is released exactly once, here, and the
-            //   stage change below stops every later use.
-            unsafe { (self.callbacks.deinit)(self.engine) };
-            self.engine = ptr::null_mut();
-        }
-        self.stage = Stage::Released;
-    }
-}
-
-impl Drop for CFramework {
-    /// Releases the engine if the host did not (`deinit` is idempotent);
-    /// the library is unloaded afterwards, when the fields drop.
-    fn drop(&mut self) {
-        self.deinit();
-    }
-}
+/// `kp_if_framework_fn`: the type of the exported entry point.
+pub type kp_if_framework_fn = unsafe extern "C" fn() -> *const kp_framework;
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use std::collections::BTreeMap;
+    use std::ffi::CStr;
+    use std::mem::{align_of, offset_of, size_of};
+
+    use super::*;
+
+    /// One entry of `kp_if_abi_layout_probe` in `csrc/layout_probe.c`.
+    #[repr(C)]
+    struct LayoutEntry {
+        name: *const c_char,
+        value: usize,
+    }
+
+    unsafe extern "C" {
+        static kp_if_abi_layout_probe: [LayoutEntry; 0];
+        static kp_if_abi_layout_probe_len: usize;
+    }
+
+    /// The C compiler's view of the header, by name.
+    fn c_layout() -> BTreeMap<String, usize> {
+        // SAFETY:
+        // - `kp_if_abi_layout_probe_len` is a `const size_t` defined in
+        //   layout_probe.c (linked by build.rs), initialised before main and
+        //   never written, so reading it races with nothing.
+        let len = unsafe { kp_if_abi_layout_probe_len };
+        let first = (&raw const kp_if_abi_layout_probe).cast::<LayoutEntry>();
+        // SAFETY:
+        // - `kp_if_abi_layout_probe` is a `const` array of exactly `len`
+        //   `kp_layout_entry`s, whose layout `LayoutEntry` repeats, and is
+        //   never written: a shared slice over it is valid for 'static.
+        let entries = unsafe { std::slice::from_raw_parts(first, len) };
+        entries
+            .iter()
+            .map(|e| {
+                // SAFETY:
+                // - every `name` is a string literal in layout_probe.c:
+                //   NUL-terminated, static and never written.
+                let name = unsafe { CStr::from_ptr(e.name) };
+                (name.to_str().expect("ASCII names").to_owned(), e.value)
+            })
+            .collect()
+    }
+
+    macro_rules! size {
+        ($m:ident, $t:ident) => {
+            $m.insert(
+                concat!("sizeof ", stringify!($t)).to_owned(),
+                size_of::<$t>(),
+            );
+            $m.insert(
+                concat!("alignof ", stringify!($t)).to_owned(),
+                align_of::<$t>(),
+            );
+        };
+    }
+    macro_rules! field {
+        ($m:ident, $t:ident, $f:ident) => {
+            $m.insert(
+                concat!("offsetof ", stringify!($t), ".", stringify!($f)).to_owned(),
+                offset_of!($t, $f),
+            );
+        };
+    }
+    macro_rules! constant {
+        ($m:ident, $c:ident) => {
+            $m.insert(
+                stringify!($c).to_owned(),
+                usize::try_from($c).expect("small constant"),
+            );
+        };
+    }
+
+    /// The Rust bindings' view of the header, named as the probe names it.
+    fn rust_layout() -> BTreeMap<String, usize> {
+        let mut m = BTreeMap::new();
+        constant!(m, KP_IF_ABI_VERSION_MAJOR);
+        constant!(m, KP_IF_ABI_VERSION_MINOR);
+        constant!(m, KP_MAX_RANK);
+        constant!(m, KP_STATUS_OK);
+        constant!(m, KP_STATUS_MODEL);
+        constant!(m, KP_STATUS_SHAPE);
+        constant!(m, KP_STATUS_ORDER);
+        constant!(m, KP_STATUS_RUN);
+        size!(m, kp_status);
+
+        size!(m, kp_engine_config);
+        field!(m, kp_engine_config, abi_version_major);
+        field!(m, kp_engine_config, abi_version_minor);
+        field!(m, kp_engine_config, intra_op_threads);
+
+        size!(m, kp_shape);
+        field!(m, kp_shape, rank);
+        field!(m, kp_shape, dims);
+
+        size!(m, kp_model_info);
+        field!(m, kp_model_info, input_name);
+        field!(m, kp_model_info, input_shape);
+        field!(m, kp_model_info, output_name);
+        field!(m, kp_model_info, output_shape);
+
+        size!(m, kp_framework);
+        field!(m, kp_framework, abi_version_major);
+        field!(m, kp_framework, abi_version_minor);
+        field!(m, kp_framework, name);
+        field!(m, kp_framework, init);
+        field!(m, kp_framework, deinit);
+        field!(m, kp_framework, load_model);
+        field!(m, kp_framework, link_model);
+        field!(m, kp_framework, configure_batch);
+        field!(m, kp_framework, infer_batch);
+        field!(m, kp_framework, error_message);
+        field!(m, kp_framework, error_free);
+        m
+    }
+
+    #[test]
+    fn layout_matches_c() {
+        let c = c_layout();
+        let rust = rust_layout();
+        assert!(c.len() > 30, "probe too small: {c:?}");
+        assert_eq!(
+            rust, c,
+            "Rust bindings (left) differ from the C header (right)"
+        );
+    }
+
+    #[test]
+    fn entry_point_name_matches_the_function() {
+        assert_eq!(
+            CStr::from_bytes_with_nul(KP_IF_ENTRY_POINT).unwrap(),
+            c"kp_if_framework"
+        );
+    }
+}

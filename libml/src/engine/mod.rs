@@ -22,21 +22,15 @@
 //!   either slice after it returns.
 //! - `deinit` is called once, last (also after an error); it must not fail.
 //!
-//! Built-in engines, each behind the libml feature of the same name (both on
-//! by default): [`onnxruntime`] (ONNX Runtime through `ort`, the library
-//! loaded at run time) and [`tract`] (pure Rust). [`engine_for`] makes the
-//! one a model's `config.toml` names.
+//! The engines themselves live above libml, one crate each under
+//! `engines/` (ONNX Runtime, tract, the C ABI adapter), so that nothing that
+//! only needs the runtime (the if-manager, the orchestrator) builds an
+//! engine; the `kp-if` crate hosts them and picks the one a model's
+//! `config.toml` names. [`check_batch`] is the size check they all share.
 
 use std::path::Path;
 
 use thiserror::Error;
-
-use crate::model::EngineKind;
-
-#[cfg(feature = "onnxruntime")]
-pub mod onnxruntime;
-#[cfg(feature = "tract")]
-pub mod tract;
 
 /// What the engine needs to know before it loads anything.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -119,24 +113,8 @@ pub trait Framework: Send {
     fn deinit(&mut self);
 }
 
-/// A new, uninitialised engine of `kind`; an error if this build of libml
-/// left that engine's feature out.
-pub fn engine_for(kind: EngineKind) -> Result<Box<dyn Framework>, EngineError> {
-    match kind {
-        #[cfg(feature = "onnxruntime")]
-        EngineKind::OnnxRuntime => Ok(Box::new(onnxruntime::OnnxRuntime::new())),
-        #[cfg(feature = "tract")]
-        EngineKind::Tract => Ok(Box::new(tract::Tract::new())),
-        #[allow(unreachable_patterns)]
-        other => Err(EngineError::Library(format!(
-            "libml was built without the `{other}` feature (cargo feature `{other}` of libml)"
-        ))),
-    }
-}
-
 /// The size checks every engine makes before a batch.
-#[cfg_attr(not(any(feature = "onnxruntime", feature = "tract")), allow(dead_code))]
-pub(crate) fn check_batch(
+pub fn check_batch(
     info: &ModelInfo,
     input: &[f32],
     batch: usize,

@@ -1,5 +1,5 @@
 //! The reassembler's key index: which slot holds the in-flight request with
-//! a given [`RequestKey`](crate::wire::RequestKey).
+//! a given [`RequestKey`](kp_wire::RequestKey).
 //!
 //! An open-addressing hash table of `(hash, slot)` pairs with linear
 //! probing and backward-shift deletion (no tombstones, so a long-running

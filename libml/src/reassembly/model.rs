@@ -20,7 +20,7 @@ use std::net::Ipv4Addr;
 use proptest::prelude::*;
 
 use super::*;
-use crate::wire::IfId;
+use kp_wire::IfId;
 
 const LEN: u32 = 60;
 const MAX_FRAGS: u16 = 6;

@@ -11,7 +11,7 @@ use std::sync::Mutex;
 
 use dpdk::{Mempool, Ring};
 
-use crate::wire::{
+use kp_wire::{
     emit_udp_headers, FrameAddr, IfId, MsgType, RequestKey, ResponseRepr, Status, MAX_RESULTS,
 };
 

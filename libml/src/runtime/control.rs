@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::wire::IfId;
+use kp_wire::IfId;
 
 /// How long to wait for the if-manager's reply.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);

@@ -15,7 +15,7 @@
 //!
 //! 1. `S` is *armed*: it polls `owner` for a few tens of microseconds,
 //!    then sleeps on the zone's *releases* counter, a process-shared futex
-//!    (`dpdk::futex`) that every release bumps and wakes, with a 1 ms
+//!    (`kp_os::futex`) that every release bumps and wakes, with a 1 ms
 //!    timeout (an owner that dies wakes nobody). On a core of its own a
 //!    poll sees the release at once; on a core shared with `A` a spinner
 //!    would be scheduled last, a woken sleeper is scheduled first.
@@ -62,7 +62,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use dpdk::{DpdkError, Memzone, MemzoneFlags, SocketId};
 
 use crate::names;
-use crate::wire::{FrameAddr, IfId, MacAddr, RequestKey};
+use kp_wire::{FrameAddr, IfId, MacAddr, RequestKey};
 
 use super::ReplyTo;
 
@@ -215,13 +215,13 @@ impl IfControl {
     /// taker asks at most once a millisecond; in between a live owner is
     /// assumed.
     fn owner_dead(&self, pid: u32) -> bool {
-        let now = dpdk::affinity::monotonic_ns();
+        let now = kp_os::affinity::monotonic_ns();
         let last = self.last_alive_check_ns.load(Ordering::Relaxed);
         if now.saturating_sub(last) < 1_000_000 {
             return false;
         }
         self.last_alive_check_ns.store(now, Ordering::Relaxed);
-        !dpdk::affinity::process_alive(pid)
+        !kp_os::affinity::process_alive(pid)
     }
 
     /// Hands the ring over: writes `in_flight` and `answered` (the first
@@ -266,7 +266,7 @@ impl IfControl {
     fn wake_successor(&self) {
         let releases = self.word(w::RELEASES);
         releases.fetch_add(1, Ordering::AcqRel);
-        dpdk::futex::wake_all(releases);
+        kp_os::futex::wake_all(releases);
     }
 
     /// A value to pass to [`IfControl::wait_for_release`]: read it before
@@ -281,7 +281,7 @@ impl IfControl {
     /// sleeper is scheduled ahead of the processes that kept the core busy.
     /// An owner that dies wakes nobody: hence the timeout.
     pub fn wait_for_release(&self, seen: u64, timeout: std::time::Duration) {
-        dpdk::futex::wait(self.word(w::RELEASES), seen as u32, timeout);
+        kp_os::futex::wait(self.word(w::RELEASES), seen as u32, timeout);
     }
 
     /// Releases the ring with nothing to hand over (a clean exit); false if

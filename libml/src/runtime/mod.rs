@@ -24,7 +24,7 @@
 //! end (complete, rejected, expired, shed by the if-manager's notice); a
 //! complete request is answered by the inference thread exactly once (OK,
 //! INTERNAL if the engine fails, or OVERLOADED if shed). A shed notice
-//! ([`crate::wire::SHED_NOTICE_TYPE`]: the if-manager's ring to us was full)
+//! ([`kp_wire::SHED_NOTICE_TYPE`]: the if-manager's ring to us was full)
 //! is answered OVERLOADED by the fragment thread unless its request was
 //! answered or handed to inference already. Requests still being assembled
 //! when the IF stops are answered INTERNAL. An answer that cannot be sent (no mbuf, TX ring
@@ -53,7 +53,7 @@ use crate::pool::{self, InputLayout};
 use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
 use crate::telemetry::Telemetry;
 use crate::topk::top_k;
-use crate::wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
+use kp_wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
 
 /// Largest top-k an IF answers with (docs/PROTOCOL.md allows more; nobody needs
 /// more than this many classes per answer, and it bounds the stack buffer).
@@ -216,7 +216,7 @@ pub fn serve(
         }
         let inference = s.spawn(|| {
             if let Some(cpus) = &cfg.inference_cpus {
-                if let Err(e) = dpdk::affinity::set_current_thread_cpus(cpus) {
+                if let Err(e) = kp_os::affinity::set_current_thread_cpus(cpus) {
                     eprintln!("kp-if: cannot pin the inference thread to {cpus:?}: {e}");
                 }
             }
@@ -471,7 +471,7 @@ fn fragment_loop<'p>(
                         }
                         if !h.in_flight.is_empty() {
                             let left = (h.released_ns + h.grace_ns)
-                                .saturating_sub(dpdk::affinity::monotonic_ns());
+                                .saturating_sub(kp_os::affinity::monotonic_ns());
                             let ring = match owner_handback.take() {
                                 Some((pid, ring)) if pid == h.from_pid => ring,
                                 _ => None, // looked up at the first fragment
@@ -532,7 +532,7 @@ fn fragment_loop<'p>(
                     &in_flight,
                     &answered,
                     grace,
-                    dpdk::affinity::monotonic_ns(),
+                    kp_os::affinity::monotonic_ns(),
                 ) {
                     stats.yielded = true;
                     source = succession.handback;
@@ -561,7 +561,7 @@ fn fragment_loop<'p>(
         }
 
         if let Some(released_ns) = first_dequeue_pending.take() {
-            let taken_ns = dpdk::affinity::monotonic_ns();
+            let taken_ns = kp_os::affinity::monotonic_ns();
             let gap = taken_ns.saturating_sub(released_ns);
             stats.gap_ns = Some(gap);
             succession.control.record_switchover(gap, taken_ns);
@@ -737,7 +737,7 @@ enum Parsed {
     /// A request fragment: reply addressing, header, where the payload
     /// starts in the frame.
     Fragment(ReplyTo, FragmentRepr, usize),
-    /// A shed notice ([`crate::wire::SHED_NOTICE_TYPE`]) for a request.
+    /// A shed notice ([`kp_wire::SHED_NOTICE_TYPE`]) for a request.
     ShedNotice(ReplyTo, FragmentRepr),
 }
 
@@ -755,7 +755,7 @@ fn parse(frame: &[u8]) -> Option<Parsed> {
     }
     let fragment = Fragment::new_checked(udp.payload).ok()?;
     let header = FragmentRepr::parse(&fragment);
-    let payload_at = udp.payload_offset + crate::wire::HEADER_LEN;
+    let payload_at = udp.payload_offset + kp_wire::HEADER_LEN;
     Some(Parsed::Fragment(reply(&header), header, payload_at))
 }
 

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use libml::wire::IfId;
+use kp_wire::IfId;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;

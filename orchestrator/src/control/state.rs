@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use kp_wire::IfId;
 use libml::model::{ConfigError, ModelConfig};
-use libml::wire::IfId;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::{ControlError, Reply, Request};

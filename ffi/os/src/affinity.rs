@@ -1,0 +1,162 @@
+//! CPU affinity of the calling thread (the CPU form of a resource share),
+//! and the machine-wide monotonic clock.
+//!
+//! DPDK pins each lcore's thread itself (`--lcores ID@CPUS`); the other
+//! threads of a process — an inference engine's intra-op pool, the
+//! inference thread — are pinned here, to the cores the orchestrator gave
+//! the process. A thread created afterwards inherits its creator's mask, so
+//! pinning a thread before it starts an engine's thread pool pins the pool.
+//! This is the one Linux call outside DPDK that the data path needs; it
+//! lives in `ffi/`, at the unsafe edge, beside the DPDK wrapper.
+
+use std::io;
+
+/// Restricts the calling thread to `cpus` (CPU numbers as the kernel counts
+/// them). An empty list, a CPU beyond the mask's range, or one the process
+/// may not use is an error, and the mask is left as it was.
+pub fn set_current_thread_cpus(cpus: &[usize]) -> io::Result<()> {
+    if cpus.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an empty CPU set",
+        ));
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &cpu in cpus {
+        if cpu >= max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("CPU {cpu} is beyond the {max} a CPU set can name"),
+            ));
+        }
+        // SAFETY: `cpu` is below the set's size (checked just above).
+        unsafe { libc::CPU_SET(cpu, &mut set) };
+    }
+    // SAFETY: `set` is a valid, initialised cpu_set_t of the size we pass;
+    // pid 0 means the calling thread; the kernel only reads it.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The CPUs the calling thread may run on.
+pub fn current_thread_cpus() -> io::Result<Vec<usize>> {
+    // SAFETY: as above, all zeroes is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `set` is writable and of the size we pass; pid 0 is the
+    // calling thread.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let max = 8 * std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: CPU_ISSET reads a bit of an initialised set, in range.
+    Ok((0..max)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect())
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the
+/// machine (unlike `std::time::Instant`, whose values cannot be exchanged),
+/// so a switchover gap can be measured from one IF's last dequeue to the
+/// next one's first.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
+    // exists on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Whether a process with this pid is alive (exists and is not a zombie
+/// waiting for its parent to reap it).
+pub fn process_alive(pid: u32) -> bool {
+    if pid == 0 {
+        return false;
+    }
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // "pid (comm) S ...": the state follows the last ')'.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.trim_start().chars().next());
+    !matches!(state, None | Some('Z' | 'X'))
+}
+
+/// Parses a CPU list as the kernel writes them: `0-3,6,8-9`.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<usize>, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (lo, hi) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let lo: usize = lo
+            .parse()
+            .map_err(|_| format!("bad CPU number '{lo}' in '{s}'"))?;
+        let hi: usize = hi
+            .parse()
+            .map_err(|_| format!("bad CPU number '{hi}' in '{s}'"))?;
+        if hi < lo {
+            return Err(format!("bad CPU range '{part}' in '{s}'"));
+        }
+        cpus.extend(lo..=hi);
+    }
+    if cpus.is_empty() {
+        return Err(format!("no CPU in '{s}'"));
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(cpus)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_alive_and_pid_0_is_not() {
+        assert!(process_alive(std::process::id()));
+        assert!(!process_alive(0));
+        assert!(!process_alive(u32::MAX));
+        let t0 = monotonic_ns();
+        assert!(monotonic_ns() >= t0 && t0 > 0);
+    }
+
+    #[test]
+    fn cpu_lists_parse_like_the_kernel_writes_them() {
+        assert_eq!(
+            parse_cpu_list("0-3,6,8-9").unwrap(),
+            vec![0, 1, 2, 3, 6, 8, 9]
+        );
+        assert_eq!(parse_cpu_list("1, 1,0").unwrap(), vec![0, 1]);
+        for bad in ["", "x", "3-1", "1-", ","] {
+            assert!(parse_cpu_list(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_thread_is_pinned_and_its_children_inherit_the_mask() {
+        std::thread::spawn(|| {
+            let all = current_thread_cpus().unwrap();
+            let first = all[0];
+            set_current_thread_cpus(&[first]).unwrap();
+            assert_eq!(current_thread_cpus().unwrap(), vec![first]);
+            let child = std::thread::spawn(|| current_thread_cpus().unwrap());
+            assert_eq!(child.join().unwrap(), vec![first]);
+            assert!(set_current_thread_cpus(&[]).is_err());
+            assert!(set_current_thread_cpus(&[1 << 20]).is_err());
+            assert_eq!(current_thread_cpus().unwrap(), vec![first], "unchanged");
+        })
+        .join()
+        .unwrap();
+    }
+}

@@ -1,0 +1,16 @@
+//! kp-os — the few Linux calls kneepoint makes outside DPDK, at the unsafe
+//! edge with the rest of `ffi/`, so that a crate that needs them (the
+//! orchestrator, the IF runtime) does not link DPDK for them.
+//!
+//! - [`affinity`]: pin the calling thread to a set of CPUs (the CPU form of
+//!   a resource share), read its mask, parse `0-3,6` CPU lists; the
+//!   machine-wide monotonic clock; whether a process is alive.
+//! - [`futex`]: wait and wake on a word of memory shared between processes
+//!   (a memzone), so a shadow IF sleeps instead of spinning on a core it
+//!   shares with the process it waits for.
+//!
+//! Every `unsafe` block here is one libc call with a `// SAFETY:` note; the
+//! functions around them are safe.
+
+pub mod affinity;
+pub mod futex;

@@ -1,0 +1,236 @@
+//! `kp-engine-bench`: the engine alone, no platform around it — the limit an
+//! inference function's throughput is compared with.
+//!
+//! `kp-engine-bench --model models/squeezenet/config.toml --batches 1,2,4,8`
+//!
+//! It loads the model exactly as `kp-if` does (same `config.toml` loading,
+//! same [`engine_for`], same intra-op threads, `configure_batch` with the
+//! largest batch, which also runs ORT's warm-up batch), then for each batch
+//! size runs `infer_batch` back to back on seeded random images: a warm-up,
+//! then until `--iterations` batches or `--seconds` have passed. The inputs
+//! are random RGB `u8` images converted into the input layout by the same
+//! code that converts fragments in `kp-if` (normalised `f32` NCHW), so the
+//! values have the distribution real requests have.
+//!
+//! Prints one JSON object per batch size (JSON lines): per-batch latency
+//! (median, p90, p99, min, mean, max, ms), images/s as `batch / median`
+//! and as all images over all the time measured, and the CPUs the process
+//! was allowed to run on (pin it with `taskset -c CPU`, as
+//! `scripts/bench-if.sh` does, to the CPU the IF's inference runs on).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use kp_if::{engine_for, EngineOverrides};
+use libml::engine::EngineConfig;
+use libml::model::{InputFormat, ModelConfig};
+use libml::pool::InputLayout;
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kp-engine-bench",
+    version,
+    about = "Latency and images/s of the inference engine alone, per batch size"
+)]
+struct Args {
+    /// The model's config.toml in the model repository.
+    #[arg(long)]
+    model: PathBuf,
+    /// Batch sizes to measure, in this order.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    batches: Vec<usize>,
+    /// Engine and threads (default: the model's, as kp-if).
+    #[command(flatten)]
+    engine: EngineOverrides,
+    /// The largest batch the engine is configured for (default: the
+    /// largest of --batches; give kp-if's --max-batch to match it exactly).
+    #[arg(long)]
+    max_batch: Option<usize>,
+    /// Un-timed batches before measuring each batch size.
+    #[arg(long, default_value_t = 3)]
+    warmup: u64,
+    /// Stop measuring a batch size after this many batches.
+    #[arg(long)]
+    iterations: Option<u64>,
+    /// Stop measuring a batch size after this long (seconds), once at least
+    /// --min-iterations batches ran. Default 5 unless --iterations is given.
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Batches measured per batch size at least, whatever --seconds says.
+    #[arg(long, default_value_t = 5)]
+    min_iterations: u64,
+    /// Seed of the random images.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kp-engine-bench: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    if args.batches.is_empty() || args.batches.contains(&0) {
+        bail!("--batches must list batch sizes >= 1");
+    }
+    let mut model = ModelConfig::load(&args.model)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    args.engine.apply(&mut model);
+    let layout = InputLayout::for_model(&model)?;
+    let largest = *args.batches.iter().max().unwrap_or(&1);
+    let max_batch = args.max_batch.unwrap_or(largest).max(largest);
+    let (iterations, seconds) = match (args.iterations, args.seconds) {
+        (None, None) => (None, Some(5.0)),
+        other => other,
+    };
+
+    // As kp-if: init with the threads, load, configure for the largest batch.
+    let mut engine = engine_for(model.engine)?;
+    let threads = model.intra_op_threads.max(1);
+    engine.init(&EngineConfig {
+        intra_op_threads: threads,
+    })?;
+    let loaded = Instant::now();
+    let info = engine.load_model(&model.model_path)?;
+    let load_s = loaded.elapsed().as_secs_f64();
+    if info.input_elems() != layout.slot_elems() {
+        bail!(
+            "model input {:?} has {} values, the configured input has {}",
+            info.input_shape,
+            info.input_elems(),
+            layout.slot_elems()
+        );
+    }
+    engine.configure_batch(max_batch)?;
+
+    // max_batch distinct images, converted as kp-if converts fragments.
+    let elems = layout.slot_elems();
+    let mut rng = SplitMix64(args.seed);
+    let mut input = vec![0f32; max_batch * elems];
+    let mut bytes = vec![0u8; layout.request_bytes()];
+    for slot in input.chunks_exact_mut(elems) {
+        match model.input.format {
+            InputFormat::RgbU8Hwc { .. } => {
+                bytes.iter_mut().for_each(|b| *b = rng.next() as u8);
+            }
+            InputFormat::F32Nchw => {
+                for v in bytes.chunks_exact_mut(4) {
+                    // Uniform in [-1, 1).
+                    let x = (rng.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+                    v.copy_from_slice(&x.to_le_bytes());
+                }
+            }
+        }
+        layout.write_fragment(&bytes, 0, slot);
+    }
+    let mut output = vec![0f32; max_batch * info.output_elems()];
+    let cpus = allowed_cpus();
+
+    let mut failure = None;
+    for &batch in &args.batches {
+        let inp = &input[..batch * elems];
+        let out = &mut output[..batch * info.output_elems()];
+        for _ in 0..args.warmup {
+            engine.infer_batch(inp, batch, out)?;
+        }
+        let mut samples: Vec<f64> = Vec::new();
+        let start = Instant::now();
+        let limit = seconds.map(Duration::from_secs_f64);
+        loop {
+            let t0 = Instant::now();
+            if let Err(e) = engine.infer_batch(inp, batch, out) {
+                failure = Some(e);
+                break;
+            }
+            samples.push(t0.elapsed().as_secs_f64());
+            let n = samples.len() as u64;
+            if iterations.is_some_and(|it| n >= it) {
+                break;
+            }
+            if limit.is_some_and(|l| start.elapsed() >= l) && n >= args.min_iterations.max(1) {
+                break;
+            }
+        }
+        if let Some(e) = failure.take() {
+            engine.deinit();
+            bail!("batch {batch}: {e}");
+        }
+        let total_s = start.elapsed().as_secs_f64();
+        let n = samples.len();
+        samples.sort_by(f64::total_cmp);
+        let ms = |s: f64| (s * 1e6).round() / 1e3;
+        let median = quantile(&samples, 0.5);
+        let line = json!({
+            "kind": "engine_bench",
+            "model": model.name,
+            "engine": engine.name(),
+            "threads": threads,
+            "max_batch": max_batch,
+            "cpus_allowed": cpus,
+            "batch": batch,
+            "iterations": n,
+            "seconds": (total_s * 1e3).round() / 1e3,
+            "latency_ms": {
+                "median": ms(median),
+                "p90": ms(quantile(&samples, 0.9)),
+                "p99": ms(quantile(&samples, 0.99)),
+                "min": ms(samples[0]),
+                "mean": ms(samples.iter().sum::<f64>() / n as f64),
+                "max": ms(samples[n - 1]),
+            },
+            "ms_per_image_median": ms(median / batch as f64),
+            "images_per_s_median": round1(batch as f64 / median),
+            "images_per_s_total": round1((batch * n) as f64 / total_s),
+            "model_load_s": (load_s * 1e3).round() / 1e3,
+        });
+        println!("{line}");
+    }
+    engine.deinit();
+    Ok(())
+}
+
+/// Nearest-rank quantile of sorted, non-empty `v`.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// The `Cpus_allowed_list` of this process (e.g. "1" under `taskset -c 1`).
+fn allowed_cpus() -> String {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap_or_default()
+}
+
+/// A small seeded generator (SplitMix64): reproducible inputs without a
+/// dependency.
+#[derive(Debug)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}

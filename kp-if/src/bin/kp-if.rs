@@ -1,0 +1,485 @@
+//! `kp-if`: an inference function — one model, one device share — as a DPDK
+//! secondary process of a running if-manager.
+//!
+//! `kp-if --model models/squeezenet/config.toml --control ENDPOINT -- EAL`
+//!
+//! Start-up: load the model into its engine (ONNX Runtime or tract, with the
+//! configured intra-op threads), attach to the if-manager's shared memory
+//! (`--proc-type secondary`, same `--file-prefix`, a distinct lcore id),
+//! register the IF's ring and say `ready`; then serve until SIGINT/SIGTERM
+//! (or `--exit-when-idle`), say `goodbye`, print the final report as one
+//! JSON object and leave no hugepage memory behind.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use dpdk::{Eal, Mempool, ProcessType, Ring, RingFlags};
+use kp_if::{engine_for, EngineOverrides};
+use kp_wire::IfId;
+use libml::batching::{BatchConfig, BatchPolicy};
+use libml::engine::EngineConfig;
+use libml::model::ModelConfig;
+use libml::names;
+use libml::pool::{InputLayout, InputPool};
+use libml::reassembly::{Reassembler, ReassemblerConfig};
+use libml::runtime::control::ControlClient;
+use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell};
+use libml::runtime::{serve, Answerer, RuntimeConfig, Succession};
+use serde_json::json;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kp-if",
+    version,
+    about = "A kneepoint inference function (DPDK secondary process)"
+)]
+struct Args {
+    /// The model's config.toml in the model repository.
+    #[arg(long)]
+    model: PathBuf,
+    /// The if-manager's control socket (register, ready, goodbye). Without
+    /// it the ring must have been registered with `if-manager --if`.
+    #[arg(long)]
+    control: Option<String>,
+    /// Serve under this if_id instead of the model's.
+    #[arg(long)]
+    if_id: Option<u16>,
+    /// Size of the IF's fragment ring when registering it.
+    #[arg(long)]
+    ring_size: Option<u32>,
+    /// Requests in flight (reassembling or waiting for inference): the input
+    /// pool has this many slots. 64 as GSLICE.
+    #[arg(long, default_value_t = 64)]
+    capacity: usize,
+    /// Largest batch.
+    #[arg(long, default_value_t = 32)]
+    max_batch: usize,
+    /// Latency objective in ms (default: the model's).
+    #[arg(long)]
+    slo_ms: Option<f64>,
+    /// Engine and threads (default: the model's).
+    #[command(flatten)]
+    engine: EngineOverrides,
+    /// CPU cores of this IF's share (`0-3,6`): the engine's thread pool and
+    /// the inference thread run only there. The fragment thread is the EAL
+    /// lcore, pinned by `--lcores` (give it a CPU of the same set). Default:
+    /// wherever the process may run.
+    #[arg(long, value_parser = parse_cores)]
+    cores: Option<Cores>,
+    /// Reassembly timeout in ms: a request not complete by then is answered
+    /// INCOMPLETE.
+    #[arg(long, default_value_t = 100)]
+    reassembly_timeout_ms: u64,
+    /// Exit once no fragment arrived for this many seconds and nothing is in
+    /// flight (offline replay).
+    #[arg(long)]
+    exit_when_idle: Option<f64>,
+    /// Never sleep when idle.
+    #[arg(long)]
+    busy_poll: bool,
+    /// Start as a shadow: load the model, attach, then park (dequeue
+    /// nothing) until told to `activate` on the `--listen` socket; the
+    /// active IF of the same if_id keeps serving meanwhile.
+    #[arg(long, requires = "listen")]
+    standby: bool,
+    /// Serve this IF's own control socket here (ZeroMQ REP, JSON):
+    /// `status`, `activate`, `yield`, `stop` — how the orchestrator runs a
+    /// switchover.
+    #[arg(long)]
+    listen: Option<String>,
+    /// Publish telemetry (one JSON message per second, plus each
+    /// under/over-provisioning report) on a ZeroMQ PUB socket bound here.
+    #[arg(long)]
+    telemetry: Option<String>,
+    /// Also write the final report to this file.
+    #[arg(long)]
+    stats_json: Option<PathBuf>,
+    /// DPDK EAL arguments (after `--`): `--proc-type secondary`, the
+    /// if-manager's `--file-prefix`, a distinct `--lcores ID@CPU`.
+    #[arg(last = true)]
+    eal: Vec<String>,
+}
+
+/// A CPU list (a newtype so clap takes it as one value).
+#[derive(Clone, Debug)]
+struct Cores(Vec<usize>);
+
+fn parse_cores(s: &str) -> Result<Cores, String> {
+    kp_os::affinity::parse_cpu_list(s).map(Cores)
+}
+
+/// The shortest time an IF remembers the requests it answered.
+const ANSWERED_TTL_FLOOR: Duration = Duration::from_secs(2);
+
+/// Fragments a hand-back ring holds: a switchover hands back at most the
+/// fragments of `capacity` requests, which arrive no faster than a ring's
+/// worth between two polls.
+const HANDBACK_RING_SIZE: u32 = 4096;
+
+/// How much longer than the reassembly timeout a successor forwards
+/// fragments back after a switchover.
+const SWITCHOVER_GRACE_MARGIN: Duration = Duration::from_millis(100);
+
+/// Who we are, for control replies.
+struct IfInfo<'a> {
+    if_id: u16,
+    model: &'a str,
+}
+
+/// Serves the IF's control socket until the IF is done: one JSON reply to
+/// every request, errors included.
+fn serve_control(
+    sock: &zmq::Socket,
+    mode: &ModeCell,
+    stop: &AtomicBool,
+    ctl: &IfControl,
+    info: &IfInfo<'_>,
+) {
+    while mode.get() != Mode::Done {
+        let Ok(bytes) = sock.recv_bytes(0) else {
+            continue; // the receive timeout: look at the mode again
+        };
+        let reply = control_reply(&bytes, mode, stop, ctl, info);
+        let _ = sock.send(reply.to_string().as_bytes(), 0);
+    }
+}
+
+fn control_reply(
+    bytes: &[u8],
+    mode: &ModeCell,
+    stop: &AtomicBool,
+    ctl: &IfControl,
+    info: &IfInfo<'_>,
+) -> serde_json::Value {
+    let err = |why: String| json!({ "ok": false, "error": why });
+    let cmd: serde_json::Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(e) => return err(format!("not JSON: {e}")),
+    };
+    let status = |mode: &ModeCell| {
+        let (switchovers, last_gap_ns) = ctl.switchovers();
+        json!({
+            "ok": true,
+            "pid": std::process::id(),
+            "if_id": info.if_id,
+            "model": info.model,
+            "mode": mode.get().name(),
+            "owner": ctl.owner(),
+            "switchovers": switchovers,
+            "last_gap_ns": last_gap_ns,
+        })
+    };
+    match cmd["cmd"].as_str() {
+        Some("status") => status(mode),
+        Some("activate") => {
+            if mode.transition(Mode::Standby, Mode::Arming)
+                || matches!(mode.get(), Mode::Arming | Mode::Active)
+            {
+                // Reply once the fragment thread spins for the ring (it may
+                // be in the middle of a standby nap): the gap the owner's
+                // `yield` opens is then the handover alone.
+                let deadline = std::time::Instant::now() + Duration::from_secs(1);
+                while mode.get() == Mode::Arming
+                    && !mode.is_spinning()
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                status(mode)
+            } else {
+                err(format!("cannot activate: the IF is {}", mode.get().name()))
+            }
+        }
+        Some("yield") => {
+            if !mode.transition(Mode::Active, Mode::Yielding) {
+                return err(format!("cannot yield: the IF is {}", mode.get().name()));
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(2);
+            while mode.get() == Mode::Yielding && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+            status(mode)
+        }
+        Some("stop") => {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            json!({ "ok": true })
+        }
+        Some(other) => err(format!(
+            "unknown command '{other}' (status, activate, yield, stop)"
+        )),
+        None => err("a command is a JSON object with a \"cmd\" string".to_string()),
+    }
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kp-if: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: Args) -> Result<()> {
+    let mut model = ModelConfig::load(&args.model)
+        .with_context(|| format!("loading {}", args.model.display()))?;
+    if let Some(id) = args.if_id {
+        model.if_id = IfId(id);
+    }
+    if let Some(slo) = args.slo_ms {
+        model.slo = Duration::from_secs_f64(slo / 1000.0);
+    }
+    args.engine.apply(&mut model);
+    let layout = InputLayout::for_model(&model)?;
+
+    // Pinned before the engine exists: its thread pool inherits the mask.
+    if let Some(Cores(cores)) = &args.cores {
+        kp_os::affinity::set_current_thread_cpus(cores)
+            .with_context(|| format!("pinning to cores {cores:?}"))?;
+    }
+    // The engine first: a model that cannot load should fail before we
+    // attach to anything.
+    let mut engine = engine_for(model.engine)?;
+    engine.init(&EngineConfig {
+        intra_op_threads: model.intra_op_threads.max(1),
+    })?;
+    let info = engine.load_model(&model.model_path)?;
+    if info.input_elems() != layout.slot_elems() {
+        bail!(
+            "model input {:?} has {} values, the configured input {:?} has {}",
+            info.input_shape,
+            info.input_elems(),
+            model.input.shape,
+            layout.slot_elems()
+        );
+    }
+    let max_batch = args.max_batch.clamp(1, args.capacity);
+    engine.configure_batch(max_batch)?;
+
+    let mut argv = vec!["kp-if".to_string()];
+    argv.extend(args.eal.iter().cloned());
+    let eal = Eal::init(&argv).context("DPDK EAL initialisation (secondary)")?;
+    if eal.process_type() != ProcessType::Secondary {
+        bail!("kp-if must run as a DPDK secondary process (--proc-type secondary)");
+    }
+    let result = attach_and_serve(
+        &args,
+        &model,
+        &layout,
+        max_batch,
+        info.output_elems(),
+        &mut *engine,
+        &eal,
+    );
+    engine.deinit();
+    let report = result?;
+    eal.cleanup().context("DPDK cleanup")?;
+
+    let text = serde_json::to_string(&report)?;
+    println!("{text}");
+    if let Some(p) = &args.stats_json {
+        std::fs::write(p, format!("{text}\n"))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+fn attach_and_serve(
+    args: &Args,
+    model: &ModelConfig,
+    layout: &InputLayout,
+    max_batch: usize,
+    output_elems: usize,
+    engine: &mut dyn libml::engine::Framework,
+    eal: &Eal,
+) -> Result<serde_json::Value> {
+    let control = args
+        .control
+        .as_deref()
+        .map(ControlClient::connect)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
+    let ring_name = match &control {
+        Some(c) => c
+            .register(model.if_id, args.ring_size)
+            .map_err(anyhow::Error::msg)?,
+        None => names::if_ring(model.if_id),
+    };
+    let ring = Ring::lookup(&ring_name).with_context(|| format!("looking up ring {ring_name}"))?;
+    let mbufs = Mempool::lookup(names::MEMPOOL).context("looking up the if-manager's mbuf pool")?;
+    let tx = Ring::lookup(names::TX_RING).context("looking up the TX ring")?;
+    let answerer = Answerer::new(mbufs, tx);
+
+    let mut pool = InputPool::in_memzone(
+        &names::input_pool(model.if_id, std::process::id()),
+        args.capacity,
+        layout.slot_elems(),
+        eal.socket_id(),
+    )?;
+    let mut rcfg = ReassemblerConfig::new(model.request_bytes());
+    rcfg.capacity = args.capacity;
+    rcfg.timeout_ns = args.reassembly_timeout_ms * 1_000_000;
+    // Stragglers of an answered request are recognised this long: well past
+    // the reassembly timeout, for clients slowed down by a busy machine.
+    rcfg.answered_ttl_ns = rcfg
+        .answered_ttl_ns
+        .max(4 * rcfg.timeout_ns)
+        .max(ANSWERED_TTL_FLOOR.as_nanos() as u64);
+    let mut reassembler = Reassembler::new(rcfg)?;
+    let mut bcfg = BatchConfig::new(model.slo.as_nanos() as u64);
+    bcfg.max_batch = max_batch;
+    let mut policy = BatchPolicy::new(bcfg)?;
+
+    // The ring's succession: who dequeues it, and our part in it.
+    let me = std::process::id();
+    let ctl = IfControl::lookup(model.if_id)
+        .with_context(|| format!("looking up {}'s control block", model.if_id))?;
+    if !args.standby && ctl.owner() != 0 && kp_os::affinity::process_alive(ctl.owner()) {
+        bail!(
+            "{} is already served by process {} (start with --standby --listen to be its shadow)",
+            model.if_id,
+            ctl.owner()
+        );
+    }
+    let ledger = Ledger::create(args.capacity, eal.socket_id()).context("creating the ledger")?;
+    let handback = Ring::create(
+        &names::handback_ring(me),
+        HANDBACK_RING_SIZE,
+        eal.socket_id(),
+        RingFlags {
+            single_producer: false,
+            single_consumer: true,
+        },
+    )
+    .context("creating the hand-back ring")?;
+    let mode = ModeCell::new(if args.standby {
+        Mode::Standby
+    } else {
+        Mode::Arming
+    });
+    let succession = Succession {
+        control: &ctl,
+        mode: &mode,
+        ledger: &ledger,
+        handback: &handback,
+        grace: Duration::from_millis(args.reassembly_timeout_ms) + SWITCHOVER_GRACE_MARGIN,
+    };
+
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
+    if let (Some(c), false) = (&control, args.standby) {
+        c.ready(model.if_id).map_err(anyhow::Error::msg)?;
+    }
+    let mut listener = args
+        .listen
+        .as_deref()
+        .map(|endpoint| -> Result<_> {
+            let ctx = zmq::Context::new();
+            let sock = ctx.socket(zmq::REP)?;
+            sock.set_linger(0)?;
+            sock.set_rcvtimeo(100)?;
+            sock.bind(endpoint)
+                .with_context(|| format!("binding the control socket {endpoint}"))?;
+            // The socket moves to the control thread; the context stays.
+            Ok((ctx, Some(sock)))
+        })
+        .transpose()?;
+    eprintln!(
+        "kp-if: {}: {} as if {} on {} ({}, {} threads on cores {}, slo {:?}, capacity {}, max batch {})",
+        if args.standby { "standby" } else { "ready" },
+        model.name,
+        model.if_id.0,
+        ring_name,
+        engine.name(),
+        model.intra_op_threads,
+        args.cores
+            .as_ref()
+            .map_or("any".to_string(), |c| format!("{:?}", c.0)),
+        model.slo,
+        args.capacity,
+        max_batch
+    );
+    let publisher = args
+        .telemetry
+        .as_deref()
+        .map(|endpoint| -> Result<_> {
+            let ctx = zmq::Context::new();
+            let sock = ctx.socket(zmq::PUB)?;
+            sock.set_linger(0)?;
+            sock.bind(endpoint)
+                .with_context(|| format!("binding telemetry socket {endpoint}"))?;
+            Ok((ctx, std::sync::Mutex::new(sock)))
+        })
+        .transpose()?;
+    let (if_id, name) = (model.if_id.0, model.name.clone());
+    let publish = |msg: &serde_json::Value| {
+        if let Some((_, sock)) = &publisher {
+            let mut msg = msg.clone();
+            msg["if_id"] = json!(if_id);
+            msg["model"] = json!(name);
+            let sock = sock.lock().unwrap_or_else(|p| p.into_inner());
+            // PUB never blocks; a slow subscriber loses messages, not us.
+            let _ = sock.send(msg.to_string().as_bytes(), zmq::DONTWAIT);
+        }
+    };
+    let cfg = RuntimeConfig {
+        top_k: model.top_k,
+        output_elems,
+        max_batch,
+        exit_when_idle: args.exit_when_idle.map(Duration::from_secs_f64),
+        busy_poll: args.busy_poll,
+        telemetry_every: Duration::from_secs(1),
+        inference_cpus: args.cores.as_ref().map(|c| c.0.clone()),
+    };
+    let info = IfInfo {
+        if_id: model.if_id.0,
+        model: &model.name,
+    };
+    let mut report = std::thread::scope(|s| {
+        if let Some(sock) = listener.as_mut().and_then(|(_, sock)| sock.take()) {
+            let (mode, stop, ctl) = (&mode, &*stop, &ctl);
+            let info = &info;
+            s.spawn(move || serve_control(&sock, mode, stop, ctl, info));
+        }
+        serve(
+            &cfg,
+            &ring,
+            &succession,
+            &answerer,
+            layout,
+            &mut pool,
+            &mut reassembler,
+            &mut policy,
+            engine,
+            &stop,
+            publisher
+                .as_ref()
+                .map(|_| &publish as &(dyn Fn(&serde_json::Value) + Sync)),
+        )
+    });
+    let yielded = report["succession"]["yielded"] == true;
+    let never_active = report["succession"]["taken"].is_null();
+    // The if_id stays live at the if-manager while a successor serves it.
+    if let (Some(c), false, false) = (&control, yielded, never_active) {
+        if let Err(e) = c.goodbye(model.if_id) {
+            eprintln!("kp-if: goodbye: {e}");
+        }
+    }
+    report["model"] = json!(model.name);
+    report["if_id"] = json!(model.if_id.0);
+    report["engine"] = json!(engine.name());
+    report["pool"] = json!({
+        "slots": pool.capacity(),
+        "slot_bytes": pool.slot_elems() * 4,
+        "hugepage_bytes": pool.reserved_bytes(),
+    });
+    Ok(report)
+}
