@@ -54,6 +54,7 @@ use crate::control::{
     Change, ControlError, DesiredIf, DesiredState, Handler, IfState, ModelCatalog, Reply, Request,
     StatusReport, StatusRow,
 };
+use crate::lcores::{LcoreIds, LcoreLease};
 use crate::process::{log_line, request, Proc};
 use crate::topology::{NicHint, Topology};
 use crate::tuning::{Observation, ShareTuner, TuningConfig};
@@ -81,6 +82,10 @@ struct Spec {
 #[derive(Debug)]
 struct IfProc {
     proc: Proc,
+    /// Its EAL lcore id (which also names its sockets and log). After
+    /// `proc`: fields drop in order, and `Proc` ends its process when
+    /// dropped, so the id goes back only once the process is gone.
+    _lcore: LcoreLease,
     listen: String,
     telemetry: String,
     spec: Spec,
@@ -164,7 +169,7 @@ pub struct Daemon {
     gpu: bool,
     allocator: ShareAllocator,
     tuning: TuningConfig,
-    next_lcore: u32,
+    lcores: LcoreIds,
     _zmq: zmq::Context,
     telemetry: zmq::Socket,
     decisions: Option<File>,
@@ -245,7 +250,7 @@ impl Daemon {
             gpu,
             allocator: ShareAllocator::new(AllocConfig::default())?,
             tuning,
-            next_lcore: 1,
+            lcores: LcoreIds::default(),
             _zmq: ctx,
             telemetry,
             decisions: None,
@@ -414,13 +419,8 @@ impl Daemon {
     }
 
     fn spawn_if(&mut self, if_id: u16, spec: &Spec, standby: bool) -> Result<IfProc, String> {
-        let lcore = self.next_lcore;
-        // EAL lcore ids are < 128; the if-manager has the low ones.
-        self.next_lcore = if self.next_lcore >= 127 {
-            8
-        } else {
-            self.next_lcore + 1
-        };
+        let lease = self.lcores.acquire().map_err(|e| e.to_string())?;
+        let lcore = lease.id();
         let rt = &self.runtime_dir;
         let listen = format!(
             "ipc://{}",
@@ -484,6 +484,7 @@ impl Daemon {
         let _ = self.telemetry.connect(&telemetry);
         let p = IfProc {
             proc,
+            _lcore: lease,
             listen,
             telemetry,
             spec: spec.clone(),

@@ -15,6 +15,8 @@
 //!   changes (validated whole before anything changes), the ZeroMQ server;
 //! - [`config`]: the platform configuration file;
 //! - [`gpu`]: an NVIDIA GPU and CUDA MPS, which enforces GPU shares;
+//! - [`lcores`]: EAL lcore ids for IF processes, from a free set (never
+//!   one a live process holds);
 //! - [`process`]: child processes and requests to their control sockets;
 //! - [`daemon`]: the loop that drives the processes towards the desired
 //!   state — shadows, switchovers, fail-over, tuning.
@@ -28,6 +30,7 @@ pub mod config;
 pub mod control;
 pub mod daemon;
 pub mod gpu;
+pub mod lcores;
 pub mod process;
 pub mod topology;
 pub mod tuning;
