@@ -4,8 +4,8 @@
 //! `rte_eal_init` runs once per process, so the memzone part is one
 //! `#[test]` that starts the EAL as a primary on its own `--file-prefix`
 //! and cleans up down to the last file. It needs root and free 2 MiB
-//! hugepages (mounted at `/dev/hugepages`); as a non-root user it says
-//! "skipped: needs root and hugepages" and passes without running.
+//! hugepages (mounted at `/dev/hugepages`); as a non-root user it fails at
+//! once and says so (a test that cannot run is not a pass).
 
 use std::path::{Path, PathBuf};
 
@@ -99,8 +99,10 @@ fn memzone_pool_behaves_like_the_heap_pool() {
     // SAFETY:
     // - `geteuid` has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("memzone_pool_behaves_like_the_heap_pool: skipped: needs root and hugepages");
-        return;
+        panic!(
+            "memzone_pool_behaves_like_the_heap_pool needs root and free 2 MiB hugepages: \
+             run it as root, after scripts/setup.sh has reserved them"
+        );
     }
     let pid = std::process::id();
     let prefix = format!("kp-pool-test-{pid}");

@@ -7,7 +7,8 @@
 //! `KP_DPDK_TEST_ROLE=secondary`.
 //!
 //! Needs root and free 2 MiB hugepages (mounted at `/dev/hugepages`); as a
-//! non-root user it says so and passes without running. Run with
+//! non-root user it fails at once and says so (a test that cannot run is
+//! not a pass). Run with
 //! `cargo test -p dpdk --test eal -- --nocapture` to see what DPDK creates.
 
 use std::path::{Path, PathBuf};
@@ -39,8 +40,10 @@ fn eal_end_to_end() {
     // SAFETY:
     // - `geteuid` has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("eal_end_to_end: skipped, DPDK with hugepages needs root");
-        return;
+        panic!(
+            "eal_end_to_end needs root and free 2 MiB hugepages (DPDK's EAL): \
+             run it as root, after scripts/setup.sh has reserved them"
+        );
     }
     match std::env::var(ROLE_ENV).as_deref() {
         Ok("secondary") => secondary(),
