@@ -29,12 +29,14 @@ models: setup
 test-models: setup
 	$(PYTHON) -m unittest scripts/test_prepare_models.py
 
-# Unit and property tests of every crate, then the cross-process tests
+# Formatting and clippy (-D warnings, so the workspace lints such as
+# undocumented_unsafe_blocks hold) first, then the unit and property tests
+# of every crate, then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
 # polling DPDK processes and the machine has 2 cores. Last, the side-by-side
 # benchmark's report rules and a smoke run of its harness at tiny loads
 # (kneepoint and a stand-in HTTP server; ~30 s), so that it cannot rot.
-test: build models test-models
+test: lint build models test-models
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
 	$(PYTHON) -m unittest bench/test_report.py
