@@ -45,7 +45,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use libml::batching::ProvisioningReport;
+use libml::batching::{BatchStats, ProvisioningReport};
+use libml::runtime::handover::Mode;
+use libml::telemetry::{IfMessage, Publication, TelemetrySnapshot};
 use serde_json::{json, Value};
 
 use crate::alloc::{split_cores, AllocConfig, Claim, ShareAllocator};
@@ -107,7 +109,8 @@ struct IfRuntime {
     shadow: Option<IfProc>,
     switch: Option<Switch>,
     tuner: ShareTuner,
-    metrics: Option<Value>,
+    /// The active's latest statistics and batching state.
+    metrics: Option<(TelemetrySnapshot, BatchStats)>,
     report: Option<ProvisioningReport>,
     gaps_ns: Vec<u64>,
     failovers: u64,
@@ -176,6 +179,8 @@ pub struct Daemon {
     clock: Instant,
     last_tuning: Instant,
     platform_restarts: u64,
+    /// Telemetry messages that did not parse as an [`IfMessage`].
+    telemetry_rejected: u64,
     /// Since when the if-manager is being restarted.
     ifm_restarting: Option<Instant>,
     /// The machine as hwloc sees it, for status.
@@ -257,6 +262,7 @@ impl Daemon {
             clock: Instant::now(),
             last_tuning: Instant::now(),
             platform_restarts: 0,
+            telemetry_rejected: 0,
             ifm_restarting: None,
             topology: topology_summary,
             cfg,
@@ -940,25 +946,33 @@ impl Daemon {
 
     fn read_telemetry(&mut self) {
         while let Ok(bytes) = self.telemetry.recv_bytes(zmq::DONTWAIT) {
-            let Ok(msg) = serde_json::from_slice::<Value>(&bytes) else {
-                continue;
-            };
-            let Some(id) = msg["if_id"].as_u64().map(|i| i as u16) else {
-                continue;
-            };
-            let Some(rt) = self.ifs.get_mut(&id) else {
-                continue;
-            };
-            match msg["kind"].as_str() {
-                Some("telemetry") if msg["mode"] == "active" => rt.metrics = Some(msg),
-                Some("provisioning") => {
-                    if let Ok(r) =
-                        serde_json::from_value::<ProvisioningReport>(msg["report"].clone())
-                    {
-                        rt.report = Some(r);
+            let msg = match serde_json::from_slice::<IfMessage>(&bytes) {
+                Ok(msg) => msg,
+                Err(e) => {
+                    // Counted and said (the first time), never read as
+                    // zeros: a tuning loop fed zeros would take the IF for
+                    // over-provisioned and shrink its share.
+                    self.telemetry_rejected += 1;
+                    if self.telemetry_rejected == 1 {
+                        eprintln!(
+                            "orchestrator: telemetry message rejected ({e}): {}",
+                            String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
+                        );
                     }
+                    continue;
                 }
-                _ => {}
+            };
+            let Some(rt) = self.ifs.get_mut(&msg.if_id) else {
+                continue;
+            };
+            match msg.body {
+                Publication::Telemetry {
+                    mode,
+                    telemetry,
+                    batching,
+                } if mode == Mode::Active.name() => rt.metrics = Some((telemetry, batching)),
+                Publication::Telemetry { .. } => {}
+                Publication::Provisioning { report } => rt.report = Some(report),
             }
         }
     }
@@ -978,14 +992,13 @@ impl Daemon {
             {
                 continue;
             }
-            let Some(m) = rt.metrics.as_ref() else {
+            let Some((t, _)) = rt.metrics.as_ref() else {
                 continue;
             };
-            let t = &m["telemetry"];
             let obs = Observation {
-                latency_ms: t["latency_us"]["ewma"].as_f64().unwrap_or(0.0) / 1e3,
-                throughput_rps: t["throughput_per_s"].as_f64().unwrap_or(0.0),
-                arrival_rps: t["arrival_rate_per_s"].as_f64().unwrap_or(0.0),
+                latency_ms: t.latency_us.ewma / 1e3,
+                throughput_rps: t.throughput_per_s,
+                arrival_rps: t.arrival_rate_per_s,
                 slo_ms: d.slo_ms,
                 share_pct: d.share_pct,
             };
@@ -1070,6 +1083,7 @@ impl Daemon {
         report.platform = Some(json!({
             "if_manager_pid": self.ifm.as_ref().map(Proc::pid),
             "platform_restarts": self.platform_restarts,
+            "telemetry_rejected": self.telemetry_rejected,
             "device": if self.gpu { "gpu" } else { "cpu" },
             "cores": self.cores,
             "tuning": self.cfg.platform.tuning,
@@ -1226,15 +1240,14 @@ fn overlay(row: &mut StatusRow, rt: &IfRuntime, busy: Option<&str>) {
     row.switchovers = rt.gaps_ns.len() as u64;
     row.last_switchover_gap_us = rt.gaps_ns.last().map(|g| g / 1000);
     row.reason = rt.reason.clone();
-    if let Some(m) = &rt.metrics {
-        let t = &m["telemetry"];
-        row.throughput_rps = t["throughput_per_s"].as_f64();
-        row.arrival_rps = t["arrival_rate_per_s"].as_f64();
-        row.p50_ms = t["latency_us"]["p50"].as_f64().map(|v| v / 1e3);
-        row.p99_ms = t["latency_us"]["p99"].as_f64().map(|v| v / 1e3);
-        row.slo_attainment = t["slo_attainment"].as_f64();
-        row.batch_size = m["batching"]["target_batch"].as_u64().map(|b| b as u32);
-        row.mean_batch_size = t["mean_batch_size"].as_f64().filter(|_| t["batches"] != 0);
+    if let Some((t, b)) = &rt.metrics {
+        row.throughput_rps = Some(t.throughput_per_s);
+        row.arrival_rps = Some(t.arrival_rate_per_s);
+        row.p50_ms = Some(t.latency_us.p50 as f64 / 1e3);
+        row.p99_ms = Some(t.latency_us.p99 as f64 / 1e3);
+        row.slo_attainment = t.slo_attainment;
+        row.batch_size = Some(b.target_batch as u32);
+        row.mean_batch_size = Some(t.mean_batch_size).filter(|_| t.batches != 0);
     }
 }
 

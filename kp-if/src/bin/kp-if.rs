@@ -30,6 +30,7 @@ use libml::reassembly::{Reassembler, ReassemblerConfig};
 use libml::runtime::control::ControlClient;
 use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell};
 use libml::runtime::{serve, Answerer, RuntimeConfig, Succession};
+use libml::telemetry::{IfMessage, Publication};
 use serde_json::json;
 
 #[derive(Debug, Parser)]
@@ -420,14 +421,19 @@ fn attach_and_serve(
         })
         .transpose()?;
     let (if_id, name) = (model.if_id.0, model.name.clone());
-    let publish = |msg: &serde_json::Value| {
+    let publish = |body: &Publication| {
         if let Some((_, sock)) = &publisher {
-            let mut msg = msg.clone();
-            msg["if_id"] = json!(if_id);
-            msg["model"] = json!(name);
+            let msg = IfMessage {
+                if_id,
+                model: name.clone(),
+                body: body.clone(),
+            };
+            let Ok(bytes) = serde_json::to_vec(&msg) else {
+                return;
+            };
             let sock = sock.lock().unwrap_or_else(|p| p.into_inner());
             // PUB never blocks; a slow subscriber loses messages, not us.
-            let _ = sock.send(msg.to_string().as_bytes(), zmq::DONTWAIT);
+            let _ = sock.send(bytes, zmq::DONTWAIT);
         }
     };
     let cfg = RuntimeConfig {
@@ -462,7 +468,7 @@ fn attach_and_serve(
             &stop,
             publisher
                 .as_ref()
-                .map(|_| &publish as &(dyn Fn(&serde_json::Value) + Sync)),
+                .map(|_| &publish as &(dyn Fn(&Publication) + Sync)),
         )
     });
     let yielded = report["succession"]["yielded"] == true;

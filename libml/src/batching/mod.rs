@@ -367,7 +367,7 @@ pub enum ProvisioningReport {
 }
 
 /// A snapshot for telemetry: plain numbers, cheap to copy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct BatchStats {
     /// The batch size the policy aims for now.
     pub target_batch: usize,

@@ -51,7 +51,7 @@ use crate::batching::{BatchPolicy, Decision, ProvisioningReport};
 use crate::engine::Framework;
 use crate::pool::{self, InputLayout};
 use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
-use crate::telemetry::Telemetry;
+use crate::telemetry::{Publication, Telemetry};
 use crate::topk::top_k;
 use kp_wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
 
@@ -126,7 +126,7 @@ pub struct Succession<'a> {
 /// Where telemetry goes (the kp-if binary publishes it on ZeroMQ): called
 /// with a snapshot every [`RuntimeConfig::telemetry_every`] and with each
 /// under/over-provisioning report as it happens, from the driver's threads.
-pub type Publish<'a> = &'a (dyn Fn(&Value) + Sync);
+pub type Publish<'a> = &'a (dyn Fn(&Publication) + Sync);
 
 /// One complete request, on its way to inference with its slot's buffer.
 struct Ready<'p> {
@@ -202,15 +202,13 @@ pub fn serve(
                     let current = {
                         let mut t = lock(telemetry);
                         t.tick(now_ns());
-                        t.to_json(now_ns())
+                        t.snapshot(now_ns())
                     };
-                    let snapshot = json!({
-                        "kind": "telemetry",
-                        "mode": mode.get().name(),
-                        "telemetry": current,
-                        "batching": serde_json::to_value(*latest.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or(Value::Null),
+                    publish(&Publication::Telemetry {
+                        mode: mode.get().name().to_string(),
+                        telemetry: current,
+                        batching: *lock(latest),
                     });
-                    publish(&snapshot);
                 }
             });
         }
@@ -896,7 +894,7 @@ fn inference_loop<'p>(
             None => {}
         }
         if let (Some(report), Some(publish)) = (report, publish) {
-            publish(&json!({ "kind": "provisioning", "report": report }));
+            publish(&Publication::Provisioning { report });
         }
         *latest_batching.lock().unwrap_or_else(|p| p.into_inner()) = policy.stats();
     }
@@ -914,6 +912,8 @@ fn latency_us(first_seen_ns: u64, now_ns: u64) -> u32 {
     (now_ns.saturating_sub(first_seen_ns) / 1000).min(u64::from(u32::MAX)) as u32
 }
 
-fn lock(t: &Mutex<Telemetry>) -> std::sync::MutexGuard<'_, Telemetry> {
-    t.lock().unwrap_or_else(|p| p.into_inner())
+/// Locks `m`; a thread that panicked while holding it left plain numbers,
+/// still good to read and update.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
