@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build models test test-models demo demo-offline bench bench-peers fuzz lint fmt clean
+.PHONY: all setup build models test test-models demo demo-offline bench bench-peers fuzz miri lint fmt clean
 
 all: build
 
@@ -82,6 +82,13 @@ FUZZ_SECONDS ?= 60
 fuzz:
 	cd wire/fuzz && for t in parse_fragment parse_frame; do \
 	  cargo +nightly fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+
+# The input pool's slot buffers and span under Miri, strict provenance,
+# Stacked and Tree Borrows. Needs a nightly toolchain with the miri
+# component (not part of `make test`: CI machines have neither).
+miri:
+	MIRIFLAGS=-Zmiri-strict-provenance cargo +nightly miri test -p libml --lib -- pool::tests::split_slots pool::tests::a_buffer_of
+	MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-tree-borrows" cargo +nightly miri test -p libml --lib -- pool::tests::split_slots pool::tests::a_buffer_of
 
 lint:
 	$(CARGO) fmt --all -- --check

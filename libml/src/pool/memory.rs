@@ -1,6 +1,8 @@
 //! The input pool's memory: a heap allocation, or a DPDK memzone of
-//! hugepages seen as `f32`s. The only module of libml with `unsafe` code:
-//! two blocks, each turning the memzone this module owns into a slice.
+//! hugepages seen as `f32`s, and its split into per-slot buffers
+//! ([`SlotBuf`], [`PoolSpan`]). The only module of libml with `unsafe` code:
+//! turning the memzone this module owns into a slice, and the slot
+//! buffers' and span's pointer arithmetic inside the pool.
 //!
 //! # Ownership and aliasing of the memzone
 //!
@@ -19,6 +21,9 @@
 //! that process writes the same bytes. The GPU path will read handed-over
 //! slots (registered as pinned host memory) while the CPU writes other,
 //! still-assembling slots; it never writes the pool.
+
+use std::marker::PhantomData;
+use std::ptr::NonNull;
 
 use dpdk::{Memzone, MemzoneFlags, SocketId};
 
@@ -117,61 +122,180 @@ impl PoolMemory {
     }
 }
 
-/// The address range of one pool's memory, to join adjacent slot buffers
-/// back into one tensor after the pool was split into per-slot buffers
-/// (see [`super::InputPool::split_slots`]).
+/// One slot's buffer, while the pool is split ([`super::InputPool::split_slots`]):
+/// owned by whichever thread holds the request in it, and dereferencing to
+/// the slot's `f32`s like a `&mut [f32]` would.
 ///
-/// It holds addresses only, so it is `Copy + Send + Sync`; `'a` ties it to
-/// the pool's exclusive borrow, which every slot buffer also lives in.
-#[derive(Clone, Copy, Debug)]
-pub struct PoolSpan<'a> {
-    start: usize,
-    end: usize,
-    _pool: std::marker::PhantomData<&'a [f32]>,
+/// It is a pointer into the pool rather than a `&mut [f32]` so that
+/// [`PoolSpan::join`] can read a run of adjacent slots as one slice: every
+/// slot buffer and the span derive their pointers from the one base pointer
+/// taken from the pool's exclusive borrow, so reading a run through the
+/// span is a read of memory that base pointer covers, not a read past the
+/// end of one slot's reference (which is what rebuilding one slice from
+/// several `&[f32]` would be).
+pub struct SlotBuf<'a> {
+    ptr: NonNull<f32>,
+    len: usize,
+    index: usize,
+    _pool: PhantomData<&'a mut [f32]>,
 }
 
+// SAFETY:
+// - a `SlotBuf` is the only handle to its slot's memory (the pool is
+//   exclusively borrowed for `'a` and split into disjoint slots), like a
+//   `&'a mut [f32]`, which is `Send`;
+// - `f32` is `Send`.
+unsafe impl Send for SlotBuf<'_> {}
+// SAFETY: `&SlotBuf` gives only `&[f32]` (as `&&mut [f32]` would), and
+// `f32` is `Sync`.
+unsafe impl Sync for SlotBuf<'_> {}
+
+impl std::fmt::Debug for SlotBuf<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SlotBuf")
+            .field("slot", &self.index)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl SlotBuf<'_> {
+    /// The slot's index in the pool.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+}
+
+impl std::ops::Deref for SlotBuf<'_> {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        // SAFETY:
+        // - `ptr..ptr + len` is this slot, inside the pool's allocation,
+        //   non-null, `f32`-aligned and initialised (`PoolSpan::split`);
+        // - the allocation lives for `'a`, which outlives `self`;
+        // - nothing writes the slot while `&self` lives: writes need
+        //   `&mut self` on this, the slot's one buffer, and the span reads
+        //   only slots it borrows buffers of (`PoolSpan::join`).
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for SlotBuf<'_> {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        // SAFETY:
+        // - as in `deref` for the pointer, the length, the lifetime and the
+        //   values;
+        // - nothing else reads or writes the slot while `&mut self` lives:
+        //   this is its one buffer, and the span reads a slot only through
+        //   a shared borrow of its buffer.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+/// One pool's memory while it is split into [`SlotBuf`]s: joins the
+/// buffers of adjacent slots back into one tensor, with no copy (see
+/// [`super::InputPool::split_slots`]).
+///
+/// It is `Copy + Send + Sync` (it reads only through [`PoolSpan::join`],
+/// which borrows the buffers it reads); `'a` ties it to the pool's
+/// exclusive borrow, which every slot buffer also lives in.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolSpan<'a> {
+    base: NonNull<f32>,
+    slot_elems: usize,
+    slots: usize,
+    _pool: PhantomData<&'a [f32]>,
+}
+
+// SAFETY: the span itself never touches the memory; `join` reads slots
+// only through shared borrows of their buffers, which are `Sync`.
+unsafe impl Send for PoolSpan<'_> {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for PoolSpan<'_> {}
+
 impl<'a> PoolSpan<'a> {
-    /// The span of the memory at `range`; `'a` is the borrow of the pool
-    /// the caller holds for as long as the span is used.
-    pub(super) fn of(range: std::ops::Range<*const f32>) -> PoolSpan<'a> {
-        PoolSpan {
-            start: range.start as usize,
-            end: range.end as usize,
-            _pool: std::marker::PhantomData,
-        }
+    /// Splits `memory` (the whole pool, exclusively borrowed for `'a`)
+    /// into `slot_elems`-long slot buffers, slot `i` as item `i`, and the
+    /// span over them. Every pointer derives from the one base pointer
+    /// taken here.
+    ///
+    /// # Panics
+    ///
+    /// If `slot_elems` is 0 or does not divide `memory.len()`.
+    pub(super) fn split(
+        memory: &'a mut [f32],
+        slot_elems: usize,
+    ) -> (PoolSpan<'a>, Vec<SlotBuf<'a>>) {
+        assert!(
+            slot_elems > 0 && memory.len().is_multiple_of(slot_elems),
+            "a pool of {} values does not split into slots of {slot_elems}",
+            memory.len()
+        );
+        let slots = memory.len() / slot_elems;
+        let base = NonNull::from(memory).cast::<f32>();
+        let bufs = (0..slots)
+            .map(|index| SlotBuf {
+                // SAFETY: `index * slot_elems < memory.len()`, so the
+                // offset stays inside the allocation `base` points into.
+                ptr: unsafe { base.add(index * slot_elems) },
+                len: slot_elems,
+                index,
+                _pool: PhantomData,
+            })
+            .collect();
+        let span = PoolSpan {
+            base,
+            slot_elems,
+            slots,
+            _pool: PhantomData,
+        };
+        (span, bufs)
     }
 
-    /// `parts` as one slice, if each starts where the previous one ends
-    /// and all lie in this pool's memory (a batch of requests in adjacent
-    /// slots: one tensor, no copy); `None` otherwise (gather them).
-    pub fn join<'b>(&self, parts: impl IntoIterator<Item = &'b [f32]>) -> Option<&'b [f32]>
+    /// Whether `buf` is the buffer of one of this span's slots (a buffer of
+    /// another pool, or another split, has another pointer).
+    fn owns(&self, buf: &SlotBuf<'_>) -> bool {
+        buf.index < self.slots
+            // SAFETY: `buf.index < self.slots`, so the offset stays inside
+            // the allocation `base` points into.
+            && buf.ptr == unsafe { self.base.add(buf.index * self.slot_elems) }
+    }
+
+    /// `parts` as one slice, if they are buffers of this pool's slots
+    /// `k, k+1, ..., k+n-1` in that order (a batch of requests in adjacent
+    /// slots: one tensor, no copy); `None` otherwise (gather them), and
+    /// for no parts.
+    pub fn join<'b>(&self, parts: impl IntoIterator<Item = &'b SlotBuf<'a>>) -> Option<&'b [f32]>
     where
         'a: 'b,
     {
-        let mut parts = parts.into_iter().peekable();
-        let start = parts.peek()?.as_ptr() as usize;
-        let mut end = start;
-        for p in parts {
-            let r = p.as_ptr_range();
-            if r.start as usize != end {
-                return None;
-            }
-            end = r.end as usize;
-        }
-        if start < self.start || end > self.end {
+        let mut parts = parts.into_iter();
+        let first = parts.next()?;
+        if !self.owns(first) {
             return None;
         }
-        let len = (end - start) / std::mem::size_of::<f32>();
+        let mut n = 1;
+        for p in parts {
+            if p.index != first.index + n || !self.owns(p) {
+                return None;
+            }
+            n += 1;
+        }
+        // SAFETY: `first.index < self.slots` (`owns`), so the offset stays
+        // inside the allocation `base` points into.
+        let start = unsafe { self.base.add(first.index * self.slot_elems) };
         // SAFETY:
-        // - `start..end` lies inside this pool's single allocation (checked
-        //   just above against the span taken from it), so the slice stays
-        //   within one allocated object, is non-null and `f32`-aligned
-        //   (it starts at `parts[0]`);
-        // - it is exactly the union of `parts` (each starts where the
-        //   previous ends), all of them initialised `f32`s shared-borrowed
-        //   for `'b`, so reading them through one slice for `'b` aliases
-        //   nothing that is being written;
-        // - `len * 4 = end - start <= isize::MAX` (one allocation).
-        Some(unsafe { std::slice::from_raw_parts(start as *const f32, len) })
+        // - slots `first.index..first.index + n` lie inside the pool's one
+        //   allocation (each part is one of its slots: `owns`), which
+        //   `base` points to and which lives for `'a: 'b`; the pointer is
+        //   non-null, `f32`-aligned and the values initialised;
+        // - `n * slot_elems * 4 <= isize::MAX` (one allocation);
+        // - those slots' buffers are exactly `parts` (consecutive indices,
+        //   one buffer per slot), all shared-borrowed for `'b`, so nothing
+        //   writes those slots while the slice lives;
+        // - the pointer derives from `base`, whose provenance covers the
+        //   whole pool, not from one slot's buffer.
+        Some(unsafe { std::slice::from_raw_parts(start.as_ptr(), n * self.slot_elems) })
     }
 }

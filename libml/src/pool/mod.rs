@@ -51,7 +51,7 @@ use dpdk::{DpdkError, SocketId};
 
 pub use layout::{F32Nchw, InputLayout, RgbU8Hwc, IMAGENET_MEAN, IMAGENET_STD};
 use memory::PoolMemory;
-pub use memory::PoolSpan;
+pub use memory::{PoolSpan, SlotBuf};
 
 /// What can go wrong building an [`InputLayout`] or an [`InputPool`].
 #[derive(Debug, thiserror::Error)]
@@ -223,14 +223,9 @@ impl InputPool {
     /// while the request is assembled, the inference thread until it is
     /// answered), and [`PoolSpan::join`] turns the buffers of a batch of
     /// adjacent slots into one input tensor with no copy.
-    pub fn split_slots(&mut self) -> (PoolSpan<'_>, Vec<&mut [f32]>) {
+    pub fn split_slots(&mut self) -> (PoolSpan<'_>, Vec<SlotBuf<'_>>) {
         let elems = self.slot_elems;
-        let memory = self.memory.as_mut_slice();
-        // The span records addresses only; the buffers below are the sole
-        // access to the memory for as long as the split lasts.
-        let range = memory.as_ptr_range();
-        let span = PoolSpan::of(range);
-        (span, memory.chunks_exact_mut(elems).collect())
+        PoolSpan::split(self.memory.as_mut_slice(), elems)
     }
 
     /// Slots `first..first + n` as one tensor (`n × slot_elems` values), if

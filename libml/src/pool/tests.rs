@@ -336,3 +336,64 @@ fn pool_sizes_are_checked() {
         Err(PoolError::Dpdk(DpdkError::EalNotRunning { .. }))
     ));
 }
+
+/// Split, write and join the way the IF's two threads do: slot buffers move
+/// between threads, adjacent ones join into one tensor without a copy,
+/// others do not, and what was written is what is read.
+#[test]
+fn split_slots_join_adjacent_buffers_into_one_tensor() {
+    let mut pool = InputPool::on_heap(6, 4);
+    // An address, compared only: the joined tensor is slots 2..5 in place.
+    let base = pool.as_ptr() as usize;
+    let (span, bufs) = pool.split_slots();
+    let mut slots: Vec<Option<SlotBuf<'_>>> = bufs.into_iter().map(Some).collect();
+    for (i, s) in slots.iter_mut().enumerate() {
+        let b = s.as_mut().unwrap();
+        assert_eq!((b.index(), b.len()), (i, 4));
+        b.fill(i as f32);
+    }
+    // Slots 2, 3, 4 go to "inference" on another thread while the
+    // "fragment thread" keeps writing slots 0, 1 and 5.
+    let batch: Vec<SlotBuf<'_>> = (2..5).map(|i| slots[i].take().unwrap()).collect();
+    let read = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let joined = span.join(&batch).expect("adjacent slots join");
+            assert_eq!(joined.as_ptr() as usize, base + 2 * 4 * size_of::<f32>());
+            joined.to_vec()
+        });
+        for s in [0, 1, 5] {
+            slots[s].as_mut().unwrap().fill(-1.0);
+        }
+        reader.join().unwrap()
+    });
+    let want: Vec<f32> = [2.0f32, 3.0, 4.0].iter().flat_map(|&v| [v; 4]).collect();
+    assert_eq!(read, want);
+    // Not in order, with a gap, empty: no single tensor.
+    assert!(span.join([&batch[1], &batch[0]]).is_none());
+    assert!(span.join([&batch[0], &batch[2]]).is_none());
+    assert!(span.join(std::iter::empty()).is_none());
+    assert_eq!(span.join([&batch[2]]).unwrap(), &[4.0; 4]);
+    // Buffers come back and are written again.
+    for b in batch {
+        let i = b.index();
+        slots[i] = Some(b);
+    }
+    for s in slots.iter_mut().flatten() {
+        s.fill(7.0);
+    }
+    drop(slots);
+    assert!((0..6).all(|s| pool.slot(s) == [7.0; 4]));
+}
+
+/// A buffer of another pool never joins this pool's span, even with the
+/// right index.
+#[test]
+fn a_buffer_of_another_pool_does_not_join() {
+    let mut a = InputPool::on_heap(3, 2);
+    let mut b = InputPool::on_heap(3, 2);
+    let (span_a, bufs_a) = a.split_slots();
+    let (_, bufs_b) = b.split_slots();
+    assert!(span_a.join([&bufs_a[0], &bufs_a[1]]).is_some());
+    assert!(span_a.join([&bufs_b[0], &bufs_b[1]]).is_none());
+    assert!(span_a.join([&bufs_a[0], &bufs_b[1]]).is_none());
+}

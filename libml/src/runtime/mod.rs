@@ -49,7 +49,7 @@ use handover::{IfControl, Ledger, Mode, ModeCell, Taken};
 use crate::backoff::{IdleAction, IdleBackoff};
 use crate::batching::{BatchPolicy, Decision, ProvisioningReport};
 use crate::engine::Framework;
-use crate::pool::{self, InputLayout};
+use crate::pool::{self, InputLayout, SlotBuf};
 use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
 use crate::telemetry::{Publication, Telemetry};
 use crate::topk::top_k;
@@ -131,7 +131,7 @@ pub type Publish<'a> = &'a (dyn Fn(&Publication) + Sync);
 /// One complete request, on its way to inference with its slot's buffer.
 struct Ready<'p> {
     slot: SlotId,
-    buf: &'p mut [f32],
+    buf: SlotBuf<'p>,
     reply: ReplyTo,
     first_seen_ns: u64,
 }
@@ -139,7 +139,7 @@ struct Ready<'p> {
 /// A slot's buffer on its way back to the fragment thread.
 struct Returned<'p> {
     slot: SlotId,
-    buf: &'p mut [f32],
+    buf: SlotBuf<'p>,
 }
 
 /// Counters only the driver keeps (the rest is in the reassembler and the
@@ -182,7 +182,7 @@ pub fn serve(
     let all_done = AtomicBool::new(false);
     let latest_batching = Mutex::new(policy.stats());
     let (span, buffers) = pool.split_slots();
-    let mut slots: Vec<Option<&mut [f32]>> = buffers.into_iter().map(Some).collect();
+    let mut slots: Vec<Option<SlotBuf<'_>>> = buffers.into_iter().map(Some).collect();
     let mut rx = DriverCounters::default();
     let mut inf = DriverCounters::default();
     let mut stats = SuccessionStats::default();
@@ -342,7 +342,7 @@ fn fragment_loop<'p>(
     answerer: &Answerer,
     layout: &InputLayout,
     reassembler: &mut Reassembler,
-    slots: &mut [Option<&'p mut [f32]>],
+    slots: &mut [Option<SlotBuf<'p>>],
     ready: &ArrayQueue<Ready<'p>>,
     returned: &ArrayQueue<Returned<'p>>,
     stop: &AtomicBool,
@@ -633,8 +633,8 @@ fn fragment_loop<'p>(
                 FragmentOutcome::StoreAndComplete { slot, offset, done } => {
                     ledger.hold(slot.index(), &reply);
                     replies[slot.index()] = None;
-                    if let Some(buf) = slots[slot.index()].take() {
-                        layout.write_fragment(payload, offset, buf);
+                    if let Some(mut buf) = slots[slot.index()].take() {
+                        layout.write_fragment(payload, offset, &mut buf);
                         let r = Ready {
                             slot,
                             buf,
@@ -839,7 +839,7 @@ fn inference_loop<'p>(
         batch.extend(queue.drain(..n));
         let started = now_ns();
         let result = {
-            match span.join(batch.iter().map(|r| &*r.buf)) {
+            match span.join(batch.iter().map(|r| &r.buf)) {
                 Some(input) => {
                     counters.contiguous_batches += 1;
                     engine.infer_batch(input, n, &mut output[..n * cfg.output_elems])
@@ -848,7 +848,7 @@ fn inference_loop<'p>(
                     counters.gathered_batches += 1;
                     gather.clear();
                     for r in &batch {
-                        gather.extend_from_slice(r.buf);
+                        gather.extend_from_slice(&r.buf);
                     }
                     engine.infer_batch(&gather, n, &mut output[..n * cfg.output_elems])
                 }
