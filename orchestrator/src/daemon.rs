@@ -214,9 +214,11 @@ impl Daemon {
         // Cores NIC-local first (hwloc), unless the config names them.
         let nic = nic_hint(&cfg.if_manager.eal);
         let topology = match &cfg.platform.cores {
-            Some(list) => Topology::from_cpus(
-                kp_os::affinity::parse_cpu_list(list).map_err(anyhow::Error::msg)?,
-            ),
+            Some(list) => {
+                let cpus = kp_os::affinity::parse_cpu_list(list)?;
+                anyhow::ensure!(!cpus.is_empty(), "platform.cores {list:?} names no CPU");
+                Topology::from_cpus(cpus)
+            }
             None => Topology::discover().unwrap_or_else(|e| {
                 eprintln!("orchestrator: hwloc: {e}; using the cores this process may run on");
                 Topology::fallback()

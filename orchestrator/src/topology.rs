@@ -689,44 +689,12 @@ impl Topology {
     }
 }
 
-/// Parses a Linux CPU list (`0-3,8,10-11`, as in `Cpus_allowed_list`,
-/// `local_cpulist`, `taskset -c`) into ascending, distinct CPU numbers.
-/// Whitespace around items is ignored; an empty list is empty.
+/// Parses a Linux CPU list: [`kp_os::affinity::parse_cpu_list`].
 pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, TopologyError> {
-    let bad = |reason: String| TopologyError::BadCpuList {
-        list: list.to_string(),
-        reason,
-    };
-    let num = |s: &str| {
-        s.trim()
-            .parse::<usize>()
-            .map_err(|e| bad(format!("{:?}: {e}", s.trim())))
-    };
-    let mut out = BTreeSet::new();
-    for item in list
-        .trim()
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
-        match item.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (num(a)?, num(b)?);
-                if a > b {
-                    return Err(bad(format!("range {item} runs backwards")));
-                }
-                // Larger than any machine: a typo, not a list to expand.
-                if b - a >= 1 << 16 {
-                    return Err(bad(format!("range {item} is too large")));
-                }
-                out.extend(a..=b);
-            }
-            None => {
-                out.insert(num(item)?);
-            }
-        }
-    }
-    Ok(out.into_iter().collect())
+    kp_os::affinity::parse_cpu_list(list).map_err(|e| TopologyError::BadCpuList {
+        list: e.list,
+        reason: e.reason,
+    })
 }
 
 /// The CPUs of `Cpus_allowed_list` in a `/proc/<pid>/status` file.
@@ -1060,18 +1028,6 @@ mod tests {
         let two = Topology::from_cpus(vec![0, 1]);
         assert_eq!(two.exclude(&[0]).cores(), &[1]);
         assert!(two.exclude(&[0, 1]).cores().is_empty());
-    }
-
-    #[test]
-    fn cpu_lists_parse_like_the_kernel_writes_them() {
-        assert_eq!(parse_cpu_list("0-1").unwrap(), vec![0, 1]);
-        assert_eq!(parse_cpu_list(" 0-2,8, 4 \n").unwrap(), vec![0, 1, 2, 4, 8]);
-        assert_eq!(parse_cpu_list("").unwrap(), Vec::<usize>::new());
-        assert_eq!(parse_cpu_list("3,3,1").unwrap(), vec![1, 3]);
-        assert!(parse_cpu_list("3-1").is_err());
-        assert!(parse_cpu_list("a").is_err());
-        assert!(parse_cpu_list("0-7:2").is_err());
-        assert!(parse_cpu_list("0-99999999").is_err());
     }
 
     #[test]

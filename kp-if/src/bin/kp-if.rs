@@ -111,7 +111,11 @@ struct Args {
 struct Cores(Vec<usize>);
 
 fn parse_cores(s: &str) -> Result<Cores, String> {
-    kp_os::affinity::parse_cpu_list(s).map(Cores)
+    match kp_os::affinity::parse_cpu_list(s) {
+        Ok(cpus) if cpus.is_empty() => Err(format!("no CPU in {s:?}")),
+        Ok(cpus) => Ok(Cores(cpus)),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// The shortest time an IF remembers the requests it answered.

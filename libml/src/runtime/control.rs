@@ -11,6 +11,41 @@ use serde_json::{json, Value};
 
 use kp_wire::IfId;
 
+/// Why a request to the if-manager failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    /// The socket could not be made or set up.
+    #[error("ZeroMQ socket: {0}")]
+    Socket(#[source] zmq::Error),
+    /// The endpoint is not one ZeroMQ can connect to.
+    #[error("cannot connect to {endpoint}: {source}")]
+    Connect {
+        /// The endpoint.
+        endpoint: String,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// Sending failed, or no reply came within [`REPLY_TIMEOUT`].
+    #[error("no reply from the if-manager at {endpoint} ({source})")]
+    NoReply {
+        /// The endpoint.
+        endpoint: String,
+        /// ZeroMQ's error.
+        source: zmq::Error,
+    },
+    /// The reply was not JSON.
+    #[error("bad reply from the if-manager at {endpoint}: {source}")]
+    BadReply {
+        /// The endpoint.
+        endpoint: String,
+        /// The parse error.
+        source: serde_json::Error,
+    },
+    /// The if-manager answered `"ok": false`, with its reason.
+    #[error("the if-manager refused: {0}")]
+    Refused(String),
+}
+
 /// How long to wait for the if-manager's reply.
 pub const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -31,14 +66,17 @@ impl std::fmt::Debug for ControlClient {
 
 impl ControlClient {
     /// Connects (ZeroMQ connects lazily; errors show on the first request).
-    pub fn connect(endpoint: &str) -> Result<ControlClient, String> {
+    pub fn connect(endpoint: &str) -> Result<ControlClient, ControlError> {
         let ctx = zmq::Context::new();
-        let sock = ctx.socket(zmq::REQ).map_err(|e| e.to_string())?;
-        sock.set_linger(0).map_err(|e| e.to_string())?;
+        let sock = ctx.socket(zmq::REQ).map_err(ControlError::Socket)?;
+        sock.set_linger(0).map_err(ControlError::Socket)?;
         sock.set_rcvtimeo(REPLY_TIMEOUT.as_millis() as i32)
-            .map_err(|e| e.to_string())?;
+            .map_err(ControlError::Socket)?;
         sock.connect(endpoint)
-            .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
+            .map_err(|source| ControlError::Connect {
+                endpoint: endpoint.to_string(),
+                source,
+            })?;
         Ok(ControlClient {
             _ctx: ctx,
             sock,
@@ -47,48 +85,57 @@ impl ControlClient {
     }
 
     /// Sends one command and returns the reply; a reply with `"ok": false`
-    /// is an error carrying the if-manager's reason.
-    pub fn request(&self, command: &Value) -> Result<Value, String> {
+    /// is [`ControlError::Refused`] with the if-manager's reason.
+    pub fn request(&self, command: &Value) -> Result<Value, ControlError> {
+        let no_reply = |source| ControlError::NoReply {
+            endpoint: self.endpoint.clone(),
+            source,
+        };
         self.sock
             .send(command.to_string().as_bytes(), 0)
-            .map_err(|e| format!("{}: {e}", self.endpoint))?;
-        let bytes = self
-            .sock
-            .recv_bytes(0)
-            .map_err(|e| format!("no reply from the if-manager at {} ({e})", self.endpoint))?;
-        let reply: Value = serde_json::from_slice(&bytes).map_err(|e| format!("bad reply: {e}"))?;
+            .map_err(no_reply)?;
+        let bytes = self.sock.recv_bytes(0).map_err(no_reply)?;
+        let reply: Value =
+            serde_json::from_slice(&bytes).map_err(|source| ControlError::BadReply {
+                endpoint: self.endpoint.clone(),
+                source,
+            })?;
         if reply["ok"] == true {
             Ok(reply)
         } else {
-            Err(reply["error"]
-                .as_str()
-                .unwrap_or("unknown error")
-                .to_string())
+            Err(ControlError::Refused(
+                reply["error"]
+                    .as_str()
+                    .unwrap_or("no reason given")
+                    .to_string(),
+            ))
         }
     }
 
     /// Registers `if_id`'s ring; an IF registered on the if-manager's
     /// command line is fine too. Returns the ring's name.
-    pub fn register(&self, if_id: IfId, ring_size: Option<u32>) -> Result<String, String> {
+    pub fn register(&self, if_id: IfId, ring_size: Option<u32>) -> Result<String, ControlError> {
         let mut cmd = json!({ "cmd": "register", "if_id": if_id.0 });
         if let Some(size) = ring_size {
             cmd["ring_size"] = json!(size);
         }
         match self.request(&cmd) {
             Ok(reply) => Ok(reply["ring"].as_str().unwrap_or_default().to_string()),
-            Err(e) if e.contains("already registered") => Ok(crate::names::if_ring(if_id)),
+            Err(ControlError::Refused(why)) if why.contains("already registered") => {
+                Ok(crate::names::if_ring(if_id))
+            }
             Err(e) => Err(e),
         }
     }
 
     /// Says the IF is attached and serving.
-    pub fn ready(&self, if_id: IfId) -> Result<(), String> {
+    pub fn ready(&self, if_id: IfId) -> Result<(), ControlError> {
         self.request(&json!({ "cmd": "ready", "if_id": if_id.0 }))
             .map(drop)
     }
 
     /// Says the IF's last answer is on the TX ring.
-    pub fn goodbye(&self, if_id: IfId) -> Result<(), String> {
+    pub fn goodbye(&self, if_id: IfId) -> Result<(), ControlError> {
         self.request(&json!({ "cmd": "goodbye", "if_id": if_id.0 }))
             .map(drop)
     }
