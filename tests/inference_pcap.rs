@@ -197,8 +197,14 @@ fn check(
     if !unexpected.is_empty() {
         bail!("answers for requests never sent: {unexpected:?}");
     }
+    // Without shedding every request must have been answered OK somewhere
+    // above, or the comparison with onnxruntime checked nothing. With
+    // shedding, how many requests escape it depends on how fast this
+    // machine's IF drains its ring (a request is ~151 fragments, the ring
+    // 128): a slow or busy machine may shed a fragment of every one, and
+    // its caller checks the shedding instead.
     ensure!(
-        ok > 0,
+        shedding || ok > 0,
         "no request was answered OK: the test checks nothing"
     );
     Ok((ok, overloaded))
