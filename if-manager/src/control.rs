@@ -2,8 +2,10 @@
 //!
 //! The if-manager serves a REP socket (`--control ENDPOINT`). Each request
 //! is one JSON object with a `cmd` field; each gets exactly one JSON reply,
-//! `{"ok": true, ...}` or `{"ok": false, "error": "why"}`. A malformed or
-//! impossible command changes nothing.
+//! `{"ok": true, ...}` or `{"ok": false, "error": {"code": "...",
+//! "message": "..."}}` (the one error shape of `libml::messages`, whose
+//! `IfManagerCommand` these commands are). A malformed or impossible
+//! command changes nothing.
 //!
 //! | command | fields | effect / reply |
 //! |---|---|---|
@@ -26,59 +28,15 @@ use std::time::Duration;
 
 use dpdk::{MbufBurst, Ring, RingFlags, SocketId};
 use kp_wire::IfId;
+use libml::messages::{codes, ErrorBody};
 use libml::runtime::handover::IfControl;
-use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::config::names;
 use crate::outcome::Counters;
 use crate::routes::{IfCounters, Route, RouteUpdate};
 
-/// One control command.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
-#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Command {
-    /// Route `if_id` to a new ring.
-    Register {
-        /// The inference function's id.
-        if_id: u16,
-        /// Ring size (power of two); the if-manager's default if absent.
-        ring_size: Option<u32>,
-    },
-    /// Stop routing `if_id` and free its ring.
-    Unregister {
-        /// The inference function's id.
-        if_id: u16,
-    },
-    /// The IF is attached and serving.
-    Ready {
-        /// The inference function's id.
-        if_id: u16,
-    },
-    /// The IF has sent its last answer and is leaving.
-    Goodbye {
-        /// The inference function's id.
-        if_id: u16,
-    },
-    /// List registered IFs.
-    Routes,
-    /// All counters.
-    Stats,
-    /// Stop the if-manager.
-    Shutdown,
-}
-
-impl Command {
-    /// Parses one request; the error says what is wrong with it.
-    pub fn parse(bytes: &[u8]) -> Result<Command, String> {
-        serde_json::from_slice(bytes).map_err(|e| format!("bad command: {e}"))
-    }
-}
-
-/// A reply that reports failure.
-pub fn error_reply(why: impl std::fmt::Display) -> Value {
-    json!({ "ok": false, "error": why.to_string() })
-}
+pub use libml::messages::IfManagerCommand as Command;
 
 /// The registered inference functions, as the control side knows them.
 #[derive(Debug)]
@@ -146,13 +104,16 @@ impl Registry {
     }
 
     /// Marks `if_id` ready; opens RX once `--await-ifs` IFs are.
-    pub fn ready(&mut self, if_id: IfId) -> Result<Value, String> {
+    pub fn ready(&mut self, if_id: IfId) -> Result<Value, ErrorBody> {
         let r = self
             .ifs
             .get_mut(&if_id)
-            .ok_or_else(|| format!("{if_id} is not registered"))?;
+            .ok_or_else(|| not_registered(if_id))?;
         if r.ready && !r.gone {
-            return Err(format!("{if_id} is already ready"));
+            return Err(ErrorBody::new(
+                codes::ALREADY_READY,
+                format!("{if_id} is already ready"),
+            ));
         }
         r.ready = true;
         r.gone = false;
@@ -167,13 +128,16 @@ impl Registry {
     }
 
     /// Marks `if_id` as gone (its last answer is on the TX ring).
-    pub fn goodbye(&mut self, if_id: IfId) -> Result<Value, String> {
+    pub fn goodbye(&mut self, if_id: IfId) -> Result<Value, ErrorBody> {
         let r = self
             .ifs
             .get_mut(&if_id)
-            .ok_or_else(|| format!("{if_id} is not registered"))?;
+            .ok_or_else(|| not_registered(if_id))?;
         if !r.ready || r.gone {
-            return Err(format!("{if_id} is not live"));
+            return Err(ErrorBody::new(
+                codes::NOT_LIVE,
+                format!("{if_id} is not live"),
+            ));
         }
         r.gone = true;
         self.gate.live_ifs.fetch_sub(1, Ordering::Relaxed);
@@ -181,13 +145,19 @@ impl Registry {
     }
 
     /// Creates `if_id`'s ring and routes fragments to it.
-    pub fn register(&mut self, if_id: IfId, ring_size: Option<u32>) -> Result<Value, String> {
+    pub fn register(&mut self, if_id: IfId, ring_size: Option<u32>) -> Result<Value, ErrorBody> {
         if self.ifs.contains_key(&if_id) {
-            return Err(format!("{if_id} is already registered"));
+            return Err(ErrorBody::new(
+                codes::ALREADY_REGISTERED,
+                format!("{if_id} is already registered"),
+            ));
         }
         let size = ring_size.unwrap_or(self.default_ring_size);
         if size < 2 || !size.is_power_of_two() {
-            return Err(format!("ring_size {size} is not a power of two >= 2"));
+            return Err(ErrorBody::new(
+                codes::INVALID_VALUE,
+                format!("ring_size {size} is not a power of two >= 2"),
+            ));
         }
         let name = names::if_ring(if_id);
         // Single producer (the RX lcore), single consumer (the active IF;
@@ -197,9 +167,9 @@ impl Registry {
             single_consumer: true,
         };
         let control = IfControl::create(if_id, self.socket)
-            .map_err(|e| format!("cannot create {if_id}'s control block: {e}"))?;
+            .map_err(|e| failed(format!("cannot create {if_id}'s control block: {e}")))?;
         let ring = Ring::create(&name, size, self.socket, flags)
-            .map_err(|e| format!("cannot create ring {name}: {e}"))?;
+            .map_err(|e| failed(format!("cannot create ring {name}: {e}")))?;
         let counters = Arc::new(IfCounters::default());
         self.updates
             .send(RouteUpdate::Add(
@@ -209,7 +179,7 @@ impl Registry {
                     counters: counters.clone(),
                 },
             ))
-            .map_err(|_| "the RX loop has stopped".to_string())?;
+            .map_err(|_| failed("the RX loop has stopped"))?;
         self.ifs.insert(
             if_id,
             RegisteredIf {
@@ -232,17 +202,19 @@ impl Registry {
     }
 
     /// Stops routing `if_id`, then drains and frees its ring.
-    pub fn unregister(&mut self, if_id: IfId) -> Result<Value, String> {
+    pub fn unregister(&mut self, if_id: IfId) -> Result<Value, ErrorBody> {
         if !self.ifs.contains_key(&if_id) {
-            return Err(format!("{if_id} is not registered"));
+            return Err(not_registered(if_id));
         }
         let (back_tx, back_rx) = channel();
         self.updates
             .send(RouteUpdate::Remove(if_id, back_tx))
-            .map_err(|_| "the RX loop has stopped".to_string())?;
-        let route = back_rx
-            .recv_timeout(UNREGISTER_WAIT)
-            .map_err(|_| format!("the RX loop did not release {if_id}'s ring in time"))?;
+            .map_err(|_| failed("the RX loop has stopped"))?;
+        let route = back_rx.recv_timeout(UNREGISTER_WAIT).map_err(|_| {
+            failed(format!(
+                "the RX loop did not release {if_id}'s ring in time"
+            ))
+        })?;
         if let Some(r) = self.ifs.remove(&if_id) {
             if r.ready && !r.gone {
                 self.gate.live_ifs.fetch_sub(1, Ordering::Relaxed);
@@ -284,8 +256,16 @@ impl Registry {
             Command::Routes => Ok(json!({ "ok": true, "ifs": self.routes_json() })),
             Command::Stats | Command::Shutdown => Ok(json!({ "ok": true })),
         };
-        result.unwrap_or_else(error_reply)
+        result.unwrap_or_else(|e| e.reply())
     }
+}
+
+fn not_registered(if_id: IfId) -> ErrorBody {
+    ErrorBody::new(codes::NOT_REGISTERED, format!("{if_id} is not registered"))
+}
+
+fn failed(why: impl std::fmt::Display) -> ErrorBody {
+    ErrorBody::new(codes::FAILED, why)
 }
 
 /// Dequeues and frees every mbuf left on `ring`; returns how many.
@@ -328,7 +308,7 @@ pub fn serve(
             Err(e) => return Err(format!("control socket: {e}")),
         };
         let reply = match Command::parse(&msg) {
-            Err(why) => error_reply(why),
+            Err(e) => e.reply(),
             Ok(cmd) => {
                 let mut reg = registry.lock().unwrap_or_else(|p| p.into_inner());
                 match cmd {
@@ -396,18 +376,25 @@ mod tests {
 
     #[test]
     fn malformed_commands_are_refused_with_a_reason() {
-        for bad in [
-            &b"not json"[..],
-            br#"{"cmd":"launch"}"#,
-            br#"{"cmd":"register"}"#,
-            br#"{"cmd":"register","if_id":70000}"#,
-            br#"{"cmd":"register","if_id":-1}"#,
-            br#"{"cmd":"register","if_id":1,"extra":true}"#,
-            br#"[1,2]"#,
-            b"",
+        for (bad, code) in [
+            (&b"not json"[..], codes::MALFORMED),
+            (br#"{"cmd":"launch"}"#, codes::UNKNOWN_COMMAND),
+            (br#"{"cmd":"register"}"#, codes::MALFORMED),
+            (br#"{"cmd":"register","if_id":70000}"#, codes::MALFORMED),
+            (br#"{"cmd":"register","if_id":-1}"#, codes::MALFORMED),
+            (
+                br#"{"cmd":"register","if_id":1,"extra":true}"#,
+                codes::MALFORMED,
+            ),
+            (br#"[1,2]"#, codes::MALFORMED),
+            (b"", codes::MALFORMED),
         ] {
             let err = Command::parse(bad).unwrap_err();
-            assert!(err.starts_with("bad command: "), "{err}");
+            assert_eq!(err.code, code, "{}: {err}", String::from_utf8_lossy(bad));
+            assert!(!err.message.is_empty());
+            let reply = err.reply();
+            assert_eq!(reply["ok"], false);
+            assert_eq!(reply["error"]["code"], code);
         }
     }
 }

@@ -24,6 +24,8 @@
 //!   the request size; output, top-k, SLO, engine), and [`model::repository`].
 //! - [`telemetry`]: per-IF arrival rate, throughput, batch sizes, latency
 //!   EWMA and percentiles, answers by status.
+//! - [`messages`]: the typed messages the processes exchange over ZeroMQ
+//!   (control commands and replies with one error shape, telemetry).
 //! - [`names`]: shared-memory names the if-manager and IFs agree on.
 //! - [`runtime`]: the IF's driver over DPDK: fragments from its ring into
 //!   the input pool, batches through the engine, answers on the TX ring.
@@ -37,6 +39,7 @@
 pub mod backoff;
 pub mod batching;
 pub mod engine;
+pub mod messages;
 pub mod model;
 pub mod names;
 pub mod pool;

@@ -46,6 +46,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use libml::batching::{BatchStats, ProvisioningReport};
+use libml::messages::{IfCommand, IfManagerCommand};
 use libml::runtime::handover::Mode;
 use libml::telemetry::{IfMessage, Publication, TelemetrySnapshot};
 use serde_json::{json, Value};
@@ -57,7 +58,7 @@ use crate::control::{
     StatusReport, StatusRow,
 };
 use crate::lcores::{LcoreIds, LcoreLease};
-use crate::process::{log_line, request, Proc};
+use crate::process::{if_request, log_line, request, Proc};
 use crate::topology::{NicHint, Topology};
 use crate::tuning::{Observation, ShareTuner, TuningConfig};
 
@@ -631,7 +632,7 @@ impl Daemon {
         rt.failovers += 1;
         if let Some(s) = rt.shadow.take() {
             if s.proc.is_ready() {
-                match request(&s.listen, &json!({"cmd": "activate"}), IF_TIMEOUT) {
+                match if_request(&s.listen, IfCommand::Activate, IF_TIMEOUT) {
                     Ok(_) => {
                         eprintln!("orchestrator: {} took over", s.proc.name());
                         rt.active = Some(s);
@@ -777,21 +778,21 @@ impl Daemon {
         let Some(sw) = rt.switch.take() else { return };
         let Some(new) = sw.pending else { return };
         let result = (|| -> Result<u64, String> {
-            request(&new.listen, &json!({"cmd": "activate"}), IF_TIMEOUT)?;
+            if_request(&new.listen, IfCommand::Activate, IF_TIMEOUT)?;
             if let Some(a) = rt.active.as_ref() {
-                let r = request(&a.listen, &json!({"cmd": "yield"}), IF_TIMEOUT)?;
-                if r["mode"] != "draining" && r["mode"] != "done" {
-                    return Err(format!("{} did not yield: {r}", a.proc.name()));
+                let r = if_request(&a.listen, IfCommand::Yield, IF_TIMEOUT)?;
+                if r.mode != Mode::Draining.name() && r.mode != Mode::Done.name() {
+                    return Err(format!("{} did not yield: {r:?}", a.proc.name()));
                 }
             }
             let deadline = Instant::now() + IF_TIMEOUT;
             loop {
-                let s = request(&new.listen, &json!({"cmd": "status"}), IF_TIMEOUT)?;
-                if s["mode"] == "active" {
-                    return Ok(s["last_gap_ns"].as_u64().unwrap_or(0));
+                let s = if_request(&new.listen, IfCommand::Status, IF_TIMEOUT)?;
+                if s.mode == Mode::Active.name() {
+                    return Ok(s.last_gap_ns);
                 }
                 if Instant::now() > deadline {
-                    return Err(format!("{} never became active: {s}", new.proc.name()));
+                    return Err(format!("{} never became active: {s:?}", new.proc.name()));
                 }
                 std::thread::sleep(Duration::from_micros(200));
             }
@@ -858,7 +859,7 @@ impl Daemon {
         for id in gone {
             let _ = request(
                 &self.ifm_control,
-                &json!({"cmd": "unregister", "if_id": id}),
+                &IfManagerCommand::Unregister { if_id: id },
                 IF_TIMEOUT,
             );
             self.ifs.remove(&id);

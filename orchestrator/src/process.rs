@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use libml::messages::{ErrorBody, IfCommand, IfStatus};
 use serde_json::Value;
 
 /// Stderr lines kept in memory per process.
@@ -194,9 +195,14 @@ pub fn signal(pid: u32, name: &str) {
 }
 
 /// One JSON request to a ZeroMQ REP socket (an IF's `--listen`, the
-/// if-manager's `--control`); the reply, or why there is none. A reply
-/// with `"ok": false` is an error carrying its reason.
-pub fn request(endpoint: &str, cmd: &Value, timeout: Duration) -> Result<Value, String> {
+/// if-manager's `--control`): a command of `libml::messages`; the reply,
+/// or why there is none. A reply with `"ok": false` is an error carrying
+/// its code and message.
+pub fn request(
+    endpoint: &str,
+    cmd: &impl serde::Serialize,
+    timeout: Duration,
+) -> Result<Value, String> {
     let ctx = zmq::Context::new();
     let sock = ctx.socket(zmq::REQ).map_err(|e| e.to_string())?;
     sock.set_linger(0).map_err(|e| e.to_string())?;
@@ -204,18 +210,25 @@ pub fn request(endpoint: &str, cmd: &Value, timeout: Duration) -> Result<Value, 
         .map_err(|e| e.to_string())?;
     sock.connect(endpoint)
         .map_err(|e| format!("cannot connect to {endpoint}: {e}"))?;
-    sock.send(cmd.to_string().as_bytes(), 0)
+    let bytes = serde_json::to_vec(cmd).map_err(|e| e.to_string())?;
+    sock.send(bytes, 0)
         .map_err(|e| format!("{endpoint}: {e}"))?;
     let bytes = sock
         .recv_bytes(0)
         .map_err(|e| format!("no reply from {endpoint} within {timeout:?} ({e})"))?;
     let reply: Value =
         serde_json::from_slice(&bytes).map_err(|e| format!("bad reply from {endpoint}: {e}"))?;
-    if reply["ok"] == true {
-        Ok(reply)
-    } else {
-        Err(reply["error"].to_string())
+    match ErrorBody::of_reply(&reply) {
+        None => Ok(reply),
+        Some(e) => Err(format!("{endpoint} refused: {e}")),
     }
+}
+
+/// An IF's `status`, `activate` or `yield`: its [`IfStatus`] reply.
+pub fn if_request(endpoint: &str, cmd: IfCommand, timeout: Duration) -> Result<IfStatus, String> {
+    let reply = request(endpoint, &cmd, timeout)?;
+    serde_json::from_value(reply.clone())
+        .map_err(|e| format!("{endpoint}: a {cmd:?} reply that is no status ({e}): {reply}"))
 }
 
 /// Appends one JSON line to `file` (the decision log).

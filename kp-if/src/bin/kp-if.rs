@@ -23,6 +23,7 @@ use kp_if::{engine_for, EngineOverrides};
 use kp_wire::IfId;
 use libml::batching::{BatchConfig, BatchPolicy};
 use libml::engine::EngineConfig;
+use libml::messages::{codes, ErrorBody, IfCommand, IfMessage, IfStatus, Publication};
 use libml::model::ModelConfig;
 use libml::names;
 use libml::pool::{InputLayout, InputPool};
@@ -30,7 +31,6 @@ use libml::reassembly::{Reassembler, ReassemblerConfig};
 use libml::runtime::control::ControlClient;
 use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell};
 use libml::runtime::{serve, Answerer, RuntimeConfig, Succession};
-use libml::telemetry::{IfMessage, Publication};
 use serde_json::json;
 
 #[derive(Debug, Parser)]
@@ -161,27 +161,33 @@ fn control_reply(
     ctl: &IfControl,
     info: &IfInfo<'_>,
 ) -> serde_json::Value {
-    let err = |why: String| json!({ "ok": false, "error": why });
-    let cmd: serde_json::Value = match serde_json::from_slice(bytes) {
-        Ok(v) => v,
-        Err(e) => return err(format!("not JSON: {e}")),
+    let cmd = match IfCommand::parse(bytes) {
+        Ok(cmd) => cmd,
+        Err(e) => return e.reply(),
     };
     let status = |mode: &ModeCell| {
         let (switchovers, last_gap_ns) = ctl.switchovers();
-        json!({
-            "ok": true,
-            "pid": std::process::id(),
-            "if_id": info.if_id,
-            "model": info.model,
-            "mode": mode.get().name(),
-            "owner": ctl.owner(),
-            "switchovers": switchovers,
-            "last_gap_ns": last_gap_ns,
-        })
+        IfStatus {
+            pid: std::process::id(),
+            if_id: info.if_id,
+            model: info.model.to_string(),
+            mode: mode.get().name().to_string(),
+            owner: ctl.owner(),
+            switchovers,
+            last_gap_ns,
+        }
+        .reply()
     };
-    match cmd["cmd"].as_str() {
-        Some("status") => status(mode),
-        Some("activate") => {
+    let wrong_mode = |what: &str, mode: &ModeCell| {
+        ErrorBody::new(
+            codes::WRONG_MODE,
+            format!("cannot {what}: the IF is {}", mode.get().name()),
+        )
+        .reply()
+    };
+    match cmd {
+        IfCommand::Status => status(mode),
+        IfCommand::Activate => {
             if mode.transition(Mode::Standby, Mode::Arming)
                 || matches!(mode.get(), Mode::Arming | Mode::Active)
             {
@@ -197,12 +203,12 @@ fn control_reply(
                 }
                 status(mode)
             } else {
-                err(format!("cannot activate: the IF is {}", mode.get().name()))
+                wrong_mode("activate", mode)
             }
         }
-        Some("yield") => {
+        IfCommand::Yield => {
             if !mode.transition(Mode::Active, Mode::Yielding) {
-                return err(format!("cannot yield: the IF is {}", mode.get().name()));
+                return wrong_mode("yield", mode);
             }
             let deadline = std::time::Instant::now() + Duration::from_secs(2);
             while mode.get() == Mode::Yielding && std::time::Instant::now() < deadline {
@@ -210,14 +216,10 @@ fn control_reply(
             }
             status(mode)
         }
-        Some("stop") => {
+        IfCommand::Stop => {
             stop.store(true, std::sync::atomic::Ordering::Relaxed);
             json!({ "ok": true })
         }
-        Some(other) => err(format!(
-            "unknown command '{other}' (status, activate, yield, stop)"
-        )),
-        None => err("a command is a JSON object with a \"cmd\" string".to_string()),
     }
 }
 

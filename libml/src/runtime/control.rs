@@ -7,9 +7,11 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use kp_wire::IfId;
+
+use crate::messages::{codes, ErrorBody, IfManagerCommand};
 
 /// Why a request to the if-manager failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +45,7 @@ pub enum ControlError {
     },
     /// The if-manager answered `"ok": false`, with its reason.
     #[error("the if-manager refused: {0}")]
-    Refused(String),
+    Refused(ErrorBody),
 }
 
 /// How long to wait for the if-manager's reply.
@@ -86,13 +88,13 @@ impl ControlClient {
 
     /// Sends one command and returns the reply; a reply with `"ok": false`
     /// is [`ControlError::Refused`] with the if-manager's reason.
-    pub fn request(&self, command: &Value) -> Result<Value, ControlError> {
+    pub fn request(&self, command: &IfManagerCommand) -> Result<Value, ControlError> {
         let no_reply = |source| ControlError::NoReply {
             endpoint: self.endpoint.clone(),
             source,
         };
         self.sock
-            .send(command.to_string().as_bytes(), 0)
+            .send(serde_json::to_vec(command).unwrap_or_default(), 0)
             .map_err(no_reply)?;
         let bytes = self.sock.recv_bytes(0).map_err(no_reply)?;
         let reply: Value =
@@ -100,28 +102,22 @@ impl ControlClient {
                 endpoint: self.endpoint.clone(),
                 source,
             })?;
-        if reply["ok"] == true {
-            Ok(reply)
-        } else {
-            Err(ControlError::Refused(
-                reply["error"]
-                    .as_str()
-                    .unwrap_or("no reason given")
-                    .to_string(),
-            ))
+        match ErrorBody::of_reply(&reply) {
+            None => Ok(reply),
+            Some(e) => Err(ControlError::Refused(e)),
         }
     }
 
     /// Registers `if_id`'s ring; an IF registered on the if-manager's
     /// command line is fine too. Returns the ring's name.
     pub fn register(&self, if_id: IfId, ring_size: Option<u32>) -> Result<String, ControlError> {
-        let mut cmd = json!({ "cmd": "register", "if_id": if_id.0 });
-        if let Some(size) = ring_size {
-            cmd["ring_size"] = json!(size);
-        }
+        let cmd = IfManagerCommand::Register {
+            if_id: if_id.0,
+            ring_size,
+        };
         match self.request(&cmd) {
             Ok(reply) => Ok(reply["ring"].as_str().unwrap_or_default().to_string()),
-            Err(ControlError::Refused(why)) if why.contains("already registered") => {
+            Err(ControlError::Refused(e)) if e.code == codes::ALREADY_REGISTERED => {
                 Ok(crate::names::if_ring(if_id))
             }
             Err(e) => Err(e),
@@ -130,13 +126,13 @@ impl ControlClient {
 
     /// Says the IF is attached and serving.
     pub fn ready(&self, if_id: IfId) -> Result<(), ControlError> {
-        self.request(&json!({ "cmd": "ready", "if_id": if_id.0 }))
+        self.request(&IfManagerCommand::Ready { if_id: if_id.0 })
             .map(drop)
     }
 
     /// Says the IF's last answer is on the TX ring.
     pub fn goodbye(&self, if_id: IfId) -> Result<(), ControlError> {
-        self.request(&json!({ "cmd": "goodbye", "if_id": if_id.0 }))
+        self.request(&IfManagerCommand::Goodbye { if_id: if_id.0 })
             .map(drop)
     }
 }

@@ -1,0 +1,294 @@
+//! The typed messages kneepoint's processes exchange over ZeroMQ, in one
+//! place: what the if-manager, each kp-if and the orchestrator send each
+//! other, as serde types both sides compile against.
+//!
+//! - Control (REQ/REP, one JSON object each way): a request has a `cmd`;
+//!   the reply is `{"ok": true, ...}` or, for every process alike,
+//!   `{"ok": false, "error": {"code": "...", "message": "..."}}`
+//!   ([`ErrorBody`]): a machine-readable code and a sentence for people.
+//!   The if-manager's commands are [`IfManagerCommand`]; an IF's are
+//!   [`IfCommand`], answered with [`IfStatus`]. (The orchestrator's own
+//!   protocol, which `kpctl` speaks, is `orchestrator::control` and
+//!   docs/CONTROL.md; its errors have the same shape, with its own codes.)
+//! - Telemetry (PUB/SUB, IF → orchestrator): [`IfMessage`], defined with
+//!   the statistics in [`crate::telemetry`] and re-exported here.
+//!
+//! A message that does not parse is an error the receiver reports and
+//! counts, never a default read in its place.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+pub use crate::telemetry::{IfMessage, LatencySummary, Publication, TelemetrySnapshot};
+
+/// Why a control command was refused: the `error` of every `"ok": false`
+/// reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message} ({code})")]
+pub struct ErrorBody {
+    /// Machine-readable: one of [`codes`] (or of the orchestrator's codes).
+    pub code: String,
+    /// For people.
+    pub message: String,
+}
+
+impl ErrorBody {
+    /// An error with `code` and `message`.
+    pub fn new(code: &str, message: impl fmt::Display) -> ErrorBody {
+        ErrorBody {
+            code: code.to_string(),
+            message: message.to_string(),
+        }
+    }
+
+    /// The whole reply: `{"ok": false, "error": {code, message}}`.
+    pub fn reply(&self) -> Value {
+        json!({ "ok": false, "error": self })
+    }
+
+    /// The error of a reply whose `ok` is not `true`; `None` for a
+    /// successful one. A refusal whose `error` is not of this shape comes
+    /// back as code [`codes::MALFORMED`], with the reply as the message.
+    pub fn of_reply(reply: &Value) -> Option<ErrorBody> {
+        if reply["ok"] == true {
+            return None;
+        }
+        Some(
+            serde_json::from_value(reply["error"].clone()).unwrap_or_else(|_| {
+                ErrorBody::new(
+                    codes::MALFORMED,
+                    format!("a refusal of no known shape: {reply}"),
+                )
+            }),
+        )
+    }
+}
+
+/// The error codes of the if-manager's and the IFs' control sockets.
+pub mod codes {
+    /// Not JSON, not an object, a missing or unknown field, a wrong type.
+    pub const MALFORMED: &str = "malformed";
+    /// `cmd` names no command of this process.
+    pub const UNKNOWN_COMMAND: &str = "unknown_command";
+    /// `register` of an if_id that has a ring already.
+    pub const ALREADY_REGISTERED: &str = "already_registered";
+    /// A command for an if_id that has no ring.
+    pub const NOT_REGISTERED: &str = "not_registered";
+    /// `ready` of an IF that said so already.
+    pub const ALREADY_READY: &str = "already_ready";
+    /// `goodbye` of an IF that is not live.
+    pub const NOT_LIVE: &str = "not_live";
+    /// A value out of its range (a ring size that is not a power of two).
+    pub const INVALID_VALUE: &str = "invalid_value";
+    /// An IF asked to `activate` or `yield` in a mode it cannot from.
+    pub const WRONG_MODE: &str = "wrong_mode";
+    /// The command was valid but carrying it out failed (e.g. DPDK could
+    /// not create the ring); nothing changed.
+    pub const FAILED: &str = "failed";
+}
+
+/// A command to the if-manager's control socket (`--control`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum IfManagerCommand {
+    /// Route `if_id` to a new ring.
+    Register {
+        /// The inference function's id.
+        if_id: u16,
+        /// Ring size (power of two); the if-manager's default if absent.
+        ring_size: Option<u32>,
+    },
+    /// Stop routing `if_id` and free its ring.
+    Unregister {
+        /// The inference function's id.
+        if_id: u16,
+    },
+    /// The IF is attached and serving.
+    Ready {
+        /// The inference function's id.
+        if_id: u16,
+    },
+    /// The IF has sent its last answer and is leaving.
+    Goodbye {
+        /// The inference function's id.
+        if_id: u16,
+    },
+    /// List registered IFs.
+    Routes,
+    /// All counters.
+    Stats,
+    /// Stop the if-manager.
+    Shutdown,
+}
+
+impl IfManagerCommand {
+    /// Parses one request; the error says what is wrong with it.
+    pub fn parse(bytes: &[u8]) -> Result<IfManagerCommand, ErrorBody> {
+        parse_command(
+            bytes,
+            "register, unregister, ready, goodbye, routes, stats, shutdown",
+        )
+    }
+}
+
+/// A command to an IF's control socket (`kp-if --listen`).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(tag = "cmd", rename_all = "snake_case", deny_unknown_fields)]
+pub enum IfCommand {
+    /// Who and where the IF is: an [`IfStatus`].
+    Status,
+    /// A shadow: take the ring over once its owner yields (replies once it
+    /// is ready to, with its [`IfStatus`]).
+    Activate,
+    /// The active: hand the ring to the armed shadow (replies once done,
+    /// with its [`IfStatus`]).
+    Yield,
+    /// Stop: finish what is held, answer, exit.
+    Stop,
+}
+
+impl IfCommand {
+    /// Parses one request; the error says what is wrong with it.
+    pub fn parse(bytes: &[u8]) -> Result<IfCommand, ErrorBody> {
+        parse_command(bytes, "status, activate, yield, stop")
+    }
+}
+
+/// An IF's reply to `status`, `activate` and `yield` (with `"ok": true`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IfStatus {
+    /// Its process id.
+    pub pid: u32,
+    /// Its IF id.
+    pub if_id: u16,
+    /// Its model's name.
+    pub model: String,
+    /// Its mode (`"standby"`, `"arming"`, `"active"`, ...).
+    pub mode: String,
+    /// The pid that owns the ring now (0: nobody).
+    pub owner: u32,
+    /// Switchovers into this process so far.
+    pub switchovers: u64,
+    /// The last one's gap, from the predecessor's release to this
+    /// process's first dequeue, ns.
+    pub last_gap_ns: u64,
+}
+
+impl IfStatus {
+    /// The whole reply: these fields and `"ok": true`.
+    pub fn reply(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        v["ok"] = Value::Bool(true);
+        v
+    }
+}
+
+/// `bytes` as a command of type `T`, tagged by `cmd`: malformed JSON, an
+/// unknown `cmd` and a bad field are told apart.
+fn parse_command<T: serde::de::DeserializeOwned + Serialize>(
+    bytes: &[u8],
+    known: &str,
+) -> Result<T, ErrorBody> {
+    let v: Value = serde_json::from_slice(bytes)
+        .map_err(|e| ErrorBody::new(codes::MALFORMED, format!("not JSON: {e}")))?;
+    let Some(cmd) = v.get("cmd").and_then(Value::as_str).map(str::to_owned) else {
+        return Err(ErrorBody::new(
+            codes::MALFORMED,
+            "a command is a JSON object with a \"cmd\" string",
+        ));
+    };
+    let parsed: T = serde_json::from_value(v.clone()).map_err(|e| {
+        if e.to_string().starts_with("unknown variant") {
+            ErrorBody::new(
+                codes::UNKNOWN_COMMAND,
+                format!("unknown command {cmd:?} ({known})"),
+            )
+        } else {
+            ErrorBody::new(codes::MALFORMED, format!("bad {cmd:?} command: {e}"))
+        }
+    })?;
+    // serde's deny_unknown_fields does not reach the field-less commands of
+    // an internally tagged enum: a field the command does not have is one
+    // its own serialisation lacks.
+    let fields = serde_json::to_value(&parsed).unwrap_or(Value::Null);
+    if let Some(extra) = v
+        .as_object()
+        .and_then(|o| o.keys().find(|k| fields.get(k.as_str()).is_none()))
+    {
+        return Err(ErrorBody::new(
+            codes::MALFORMED,
+            format!("bad {cmd:?} command: unknown field {extra:?}"),
+        ));
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_has_the_same_shape() {
+        let e = ErrorBody::new(codes::NOT_REGISTERED, "if7 is not registered");
+        let reply = e.reply();
+        assert_eq!(reply["ok"], false);
+        assert_eq!(reply["error"]["code"], "not_registered");
+        assert_eq!(reply["error"]["message"], "if7 is not registered");
+        assert_eq!(ErrorBody::of_reply(&reply), Some(e));
+        assert_eq!(ErrorBody::of_reply(&json!({"ok": true})), None);
+        // The old if-manager shape, a bare string: still an error, said so.
+        let old = ErrorBody::of_reply(&json!({"ok": false, "error": "why"})).unwrap();
+        assert_eq!(old.code, codes::MALFORMED);
+        assert!(old.message.contains("why"), "{old}");
+    }
+
+    #[test]
+    fn commands_parse_and_bad_ones_say_why() {
+        assert_eq!(
+            IfCommand::parse(br#"{"cmd":"yield"}"#),
+            Ok(IfCommand::Yield)
+        );
+        assert_eq!(
+            IfManagerCommand::parse(br#"{"cmd":"register","if_id":3}"#),
+            Ok(IfManagerCommand::Register {
+                if_id: 3,
+                ring_size: None
+            })
+        );
+        for (bytes, code) in [
+            (&b"{"[..], codes::MALFORMED),
+            (br#"[1]"#, codes::MALFORMED),
+            (br#"{"if_id":1}"#, codes::MALFORMED),
+            (br#"{"cmd":"jump"}"#, codes::UNKNOWN_COMMAND),
+            (br#"{"cmd":"status","extra":1}"#, codes::MALFORMED),
+        ] {
+            let e = IfCommand::parse(bytes).unwrap_err();
+            assert_eq!(e.code, code, "{}: {e}", String::from_utf8_lossy(bytes));
+        }
+        let e = IfManagerCommand::parse(br#"{"cmd":"register","if_id":"one"}"#).unwrap_err();
+        assert_eq!(e.code, codes::MALFORMED);
+        assert!(e.message.contains("register"), "{e}");
+        let e = IfManagerCommand::parse(br#"{"cmd":"activate"}"#).unwrap_err();
+        assert_eq!(e.code, codes::UNKNOWN_COMMAND);
+        assert!(e.message.contains("register, unregister"), "{e}");
+    }
+
+    #[test]
+    fn an_if_status_round_trips_with_ok() {
+        let s = IfStatus {
+            pid: 42,
+            if_id: 1,
+            model: "squeezenet".into(),
+            mode: "active".into(),
+            owner: 42,
+            switchovers: 3,
+            last_gap_ns: 66_000,
+        };
+        let reply = s.reply();
+        assert_eq!(reply["ok"], true);
+        assert_eq!(serde_json::from_value::<IfStatus>(reply).unwrap(), s);
+        assert!(serde_json::from_value::<IfStatus>(json!({"ok": true, "pid": 1})).is_err());
+    }
+}
