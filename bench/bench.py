@@ -114,7 +114,7 @@ PERF_ANALYZER = "2.60.0"
 HZ = os.sysconf("SC_CLK_TCK")
 
 WINDOW_FIELDS = ["model", "system", "level", "phase", "label", "window", "offered_rps", "seconds", "seed",
-                 "sent", "ok", "errors", "unanswered", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms",
+                 "sent", "ok", "errors", "unanswered", "duplicates", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms",
                  "mean_batch", "lag_p99_ms", "statuses", "server_cpu_s", "worker_cpu_s", "client_cpu_s",
                  "loadavg1", "wall_s"]
 LEVEL_FIELDS = ["model", "system", "level", "phase", "label", "offered_rps", "windows", "stable", "sent", "ok",
@@ -643,7 +643,8 @@ class Runner:
             "model": self.m["name"], "system": self.sys.name, "level": self.level, "phase": phase,
             "label": label, "window": w, "offered_rps": round(rate, 3), "seconds": round(seconds, 3),
             "seed": seed, "sent": rep["sent"], "ok": ok, "errors": int(rep["answered"]) - ok,
-            "unanswered": rep["unanswered"], "ok_per_s": round(ok / span, 3),
+            "unanswered": rep["unanswered"], "duplicates": int(rep.get("duplicates", 0)),
+            "ok_per_s": round(ok / span, 3),
             "p50_ms": rtt["p50"] / 1000, "p90_ms": rtt["p90"] / 1000, "p99_ms": rtt["p99"] / 1000,
             "max_ms": rtt["max"] / 1000, "mean_batch": rep.get("mean_batch_size") or "",
             "lag_p99_ms": rep["lag_us"]["p99"] / 1000 if "lag_us" in rep else "",
@@ -940,6 +941,11 @@ def main() -> int:
                                             "p99_ms", "min_ms", "max_ms", "images_per_s"], r)
             say(f"  batch {r['batch']}: {r['median_ms']:.2f} ms, {r['images_per_s']:.1f} img/s")
         limit = max(r["images_per_s"] for r in eng)
+        if s.smoke:
+            m["slo_ms"] = smoke_slo_ms(m["slo_ms"], eng)
+            meta["model_info"][name]["slo_ms"] = m["slo_ms"]
+            say(f"{name}: smoke SLO {m['slo_ms']:.1f} ms (the configured one, or {SMOKE_SLO_X:g} x the "
+                f"engine's batch-1 p99 here if that is longer)")
         for sysname in s.systems:
             key = f"{name}/{sysname}"
             if sysname in ("triton", "ray") and "error" in meta["peers"].get(sysname, {}):
@@ -972,14 +978,34 @@ def main() -> int:
     return smoke_check(out, meta) if a.smoke else 0
 
 
-def smoke_check(out: Path, meta: dict) -> int:
-    """What `make test` asserts of a smoke run: every system started and was
-    measured at every level, every request got an answer, and kneepoint's
-    were all OK (the loads are a fraction of the engine limit)."""
-    problems = [f"{k}: {e}" for k, e in meta["errors"].items()]
-    windows = [w for w in read_csv(out / "windows.csv") if w["phase"] != "warmup"]
-    for sysname in meta["systems"]:
-        for name in meta["models"]:
+# The smoke run's SLO is at least this many times the engine's batch-1 p99
+# measured in the same run. The configured SLOs (e.g. squeezenet's 20 ms)
+# were chosen on a machine where batch 1 takes ~3 ms; on one 3x slower they
+# leave no room, and kneepoint rightly sheds a few requests OVERLOADED even
+# at the smoke's tiny loads. 10x leaves room for a batch of 8 (~7-9x batch
+# 1 on these CPUs) behind a late arrival, so at 10-20% of the engine limit
+# every request can be answered OK on any machine: what the smoke asserts.
+SMOKE_SLO_X = 10.0
+
+
+def smoke_slo_ms(configured_ms: float, engine: list[dict]) -> float:
+    """The SLO a smoke run uses: the configured one, or SMOKE_SLO_X times
+    the engine's batch-1 p99 measured in this run if that is longer."""
+    b1 = [float(r["p99_ms"]) for r in engine if int(r["batch"]) == 1]
+    return max(configured_ms, SMOKE_SLO_X * b1[0]) if b1 else configured_ms
+
+
+def smoke_problems(windows: list[dict], systems: list[str], models: list[str], errors: dict) -> list[str]:
+    """What `make test` asserts of a smoke run, whatever the machine's
+    speed: every system started and was measured for every model; every
+    request was answered exactly once (none unanswered, none twice); and
+    kneepoint's answers were all OK (its SLO is derived from this machine's
+    engine time: `smoke_slo_ms`). The stand-in HTTP server answers OK or
+    not at all, so the same holds for it."""
+    problems = [f"{k}: {e}" for k, e in errors.items()]
+    windows = [w for w in windows if w["phase"] != "warmup"]
+    for sysname in systems:
+        for name in models:
             ws = [w for w in windows if w["system"] == sysname and w["model"] == name]
             if not ws:
                 problems.append(f"{name}/{sysname}: no window measured")
@@ -987,16 +1013,30 @@ def smoke_check(out: Path, meta: dict) -> int:
             sent = sum(int(w["sent"]) for w in ws)
             ok = sum(int(w["ok"]) for w in ws)
             lost = sum(int(w["unanswered"]) for w in ws)
+            twice = sum(int(w.get("duplicates") or 0) for w in ws)
             if sent == 0 or lost:
                 problems.append(f"{name}/{sysname}: {sent} sent, {lost} never answered")
-            if sysname == "kneepoint" and ok != sent:
-                problems.append(f"{name}/kneepoint: {ok} of {sent} requests answered OK")
+            if twice:
+                problems.append(f"{name}/{sysname}: {twice} requests answered more than once")
+            if ok != sent:
+                statuses: dict[str, int] = {}
+                for w in ws:
+                    for k, v in json.loads(w.get("statuses") or "{}").items():
+                        statuses[k] = statuses.get(k, 0) + v
+                problems.append(f"{name}/{sysname}: {ok} of {sent} requests answered OK ({statuses})")
+    return problems
+
+
+def smoke_check(out: Path, meta: dict) -> int:
+    """`smoke_problems` of a finished smoke run, plus its report and plot."""
+    problems = smoke_problems(read_csv(out / "windows.csv"), meta["systems"], meta["models"], meta["errors"])
     if not (out / "report.md").exists() or not list((out / "docs").glob("peers-*.svg")):
         problems.append("no report.md or plot")
     for p in problems:
         say(f"SMOKE FAILED: {p}")
     if not problems:
-        say(f"smoke: OK ({len(windows)} windows)")
+        n = sum(1 for w in read_csv(out / "windows.csv") if w["phase"] != "warmup")
+        say(f"smoke: OK ({n} windows)")
     return 1 if problems else 0
 
 

@@ -1,0 +1,76 @@
+"""Unit tests of what `make test`'s smoke run of bench/bench.py asserts
+(`smoke_problems`, `smoke_slo_ms`): rules that must hold on a machine of
+any speed, and that still catch a lost or doubled answer.
+
+    .venv/bin/python -m unittest bench/test_smoke.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import unittest
+from pathlib import Path
+
+# By path: `import bench` would find the bench/ folder itself.
+_spec = importlib.util.spec_from_file_location("bench_harness", Path(__file__).resolve().parent / "bench.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def window(system, sent=20, ok=None, unanswered=0, duplicates=0, statuses=None, phase="sweep"):
+    ok = sent - unanswered if ok is None else ok
+    return {"model": "squeezenet", "system": system, "phase": phase, "sent": str(sent), "ok": str(ok),
+            "unanswered": str(unanswered), "duplicates": str(duplicates),
+            "statuses": json.dumps(statuses or {"ok": ok})}
+
+
+def problems(windows, errors=None):
+    return bench.smoke_problems(windows, ["kneepoint", "stub"], ["squeezenet"], errors or {})
+
+
+class SmokeRules(unittest.TestCase):
+    def test_all_answered_once_and_ok_passes(self):
+        self.assertEqual(problems([window("kneepoint"), window("stub"), window("kneepoint", phase="warmup",
+                                                                                 ok=0)]), [])
+
+    def test_a_request_never_answered_fails(self):
+        p = problems([window("kneepoint", unanswered=1), window("stub")])
+        self.assertTrue(any("never answered" in x for x in p), p)
+
+    def test_a_request_answered_twice_fails(self):
+        p = problems([window("kneepoint", duplicates=1), window("stub")])
+        self.assertTrue(any("more than once" in x for x in p), p)
+
+    def test_kneepoint_shedding_fails_and_says_which_statuses(self):
+        p = problems([window("kneepoint", ok=18, statuses={"ok": 18, "overloaded": 2}), window("stub")])
+        self.assertEqual(len(p), 1, p)
+        self.assertIn("18 of 20", p[0])
+        self.assertIn("overloaded", p[0])
+
+    def test_a_system_or_model_not_measured_fails(self):
+        p = problems([window("kneepoint")])
+        self.assertEqual(p, ["squeezenet/stub: no window measured"])
+        p = problems([window("kneepoint"), window("stub")], errors={"squeezenet/stub": "did not start"})
+        self.assertEqual(p, ["squeezenet/stub: did not start"])
+
+    def test_nothing_sent_fails(self):
+        p = problems([window("kneepoint", sent=0), window("stub")])
+        self.assertTrue(any("0 sent" in x for x in p), p)
+
+
+class SmokeSlo(unittest.TestCase):
+    def test_a_slow_machine_gets_a_longer_slo(self):
+        # squeezenet on an AVX2-only machine: batch 1 ~10 ms, p99 ~12 ms.
+        eng = [{"batch": 1, "p99_ms": 12.0}, {"batch": 2, "p99_ms": 25.0}]
+        self.assertEqual(bench.smoke_slo_ms(20.0, eng), 120.0)
+
+    def test_a_fast_machine_keeps_the_configured_slo(self):
+        self.assertEqual(bench.smoke_slo_ms(200.0, [{"batch": "1", "p99_ms": "3.5"}]), 200.0)
+
+    def test_without_a_batch_1_measurement_the_configured_slo_stands(self):
+        self.assertEqual(bench.smoke_slo_ms(20.0, [{"batch": 2, "p99_ms": 9.0}]), 20.0)
+
+
+if __name__ == "__main__":
+    unittest.main()
