@@ -221,7 +221,7 @@ impl Daemon {
                 Topology::from_cpus(cpus)
             }
             None => Topology::discover().unwrap_or_else(|e| {
-                eprintln!("orchestrator: hwloc: {e}; using the cores this process may run on");
+                tracing::warn!("orchestrator: hwloc: {e}; using the cores this process may run on");
                 Topology::fallback()
             }),
         };
@@ -229,9 +229,9 @@ impl Daemon {
         let topology_summary = topology.summary(&nic);
         let gpu = crate::gpu::gpu_present();
         if gpu {
-            eprintln!("orchestrator: {}", crate::gpu::ensure_mps().describe());
+            tracing::info!("orchestrator: {}", crate::gpu::ensure_mps().describe());
         } else {
-            eprintln!(
+            tracing::info!(
                 "orchestrator: no GPU here: a share is a set of the cores {cores:?} and as many engine threads"
             );
         }
@@ -325,7 +325,7 @@ impl Daemon {
                 self.handle(Request::Shutdown);
             }
             if let Err(e) = server.poll_once(&mut self, Duration::from_millis(5)) {
-                eprintln!("orchestrator: control socket: {e}");
+                tracing::warn!("orchestrator: control socket: {e}");
             }
             self.step();
             if self.state.is_shutting_down() && self.all_ifs_gone() {
@@ -395,7 +395,7 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        eprintln!("orchestrator: if-manager ready (pid {})", p.pid());
+        tracing::info!("orchestrator: if-manager ready (pid {})", p.pid());
         self.ifm = Some(p);
         self.save_state();
         Ok(())
@@ -548,7 +548,7 @@ impl Daemon {
         if let Some(ifm) = self.ifm.as_mut() {
             if let Some(status) = ifm.poll_exit() {
                 if !self.state.is_shutting_down() {
-                    eprintln!(
+                    tracing::warn!(
                         "orchestrator: the if-manager died ({status}); restarting the platform"
                     );
                     self.restart_platform();
@@ -561,7 +561,7 @@ impl Daemon {
         for rt in self.ifs.values_mut() {
             for p in rt.procs_mut() {
                 if p.proc.is_starting() && p.proc.age() > START_TIMEOUT {
-                    eprintln!(
+                    tracing::warn!(
                         "orchestrator: {} not ready after {START_TIMEOUT:?}; killing it:\n{}",
                         p.proc.name(),
                         p.proc.tail()
@@ -578,7 +578,7 @@ impl Daemon {
             if let Some(s) = rt.shadow.as_mut() {
                 if let Some(status) = s.proc.poll_exit() {
                     if !shutting {
-                        eprintln!(
+                        tracing::warn!(
                             "orchestrator: {} exited ({status}):\n{}",
                             s.proc.name(),
                             s.proc.tail()
@@ -598,7 +598,7 @@ impl Daemon {
                         p.proc.name(),
                         p.proc.tail()
                     ));
-                    eprintln!("orchestrator: {}", rt.reason.as_deref().unwrap_or(""));
+                    tracing::warn!("orchestrator: {}", rt.reason.as_deref().unwrap_or(""));
                     rt.switch = None;
                     self.state.clear_busy(id);
                 }
@@ -615,7 +615,7 @@ impl Daemon {
                 self.leaving.push((id, a));
                 continue;
             }
-            eprintln!(
+            tracing::warn!(
                 "orchestrator: the active {} died ({status}); failing over",
                 a.proc.name()
             );
@@ -634,14 +634,14 @@ impl Daemon {
             if s.proc.is_ready() {
                 match if_request(&s.listen, IfCommand::Activate, IF_TIMEOUT) {
                     Ok(_) => {
-                        eprintln!("orchestrator: {} took over", s.proc.name());
+                        tracing::info!("orchestrator: {} took over", s.proc.name());
                         rt.active = Some(s);
                         rt.metrics = None;
                         rt.warm_until = Some(Instant::now() + WARM_UP);
                         rt.reason = None;
                         return; // a new shadow is started by `progress`
                     }
-                    Err(e) => eprintln!("orchestrator: activating {}: {e}", s.proc.name()),
+                    Err(e) => tracing::warn!("orchestrator: activating {}: {e}", s.proc.name()),
                 }
             }
             self.leaving.push((id, s));
@@ -673,7 +673,7 @@ impl Daemon {
         let active_ready = rt.active.as_ref().is_some_and(|a| a.proc.is_ready());
         if busy.as_deref() == Some("starting") {
             if active_ready {
-                eprintln!(
+                tracing::info!(
                     "orchestrator: {} serving",
                     rt.active.as_ref().map_or("", |a| a.proc.name())
                 );
@@ -702,7 +702,7 @@ impl Daemon {
                     let spec = sw.spec.clone();
                     match self.spawn_if(id, &spec, true) {
                         Ok(p) => {
-                            eprintln!(
+                            tracing::info!(
                                 "orchestrator: re-provisioning if {id}: starting {}",
                                 p.proc.name()
                             );
@@ -751,14 +751,14 @@ impl Daemon {
     fn begin_switch(&mut self, id: u16, spec: Spec, why: String) -> Result<(), String> {
         let pending = match self.starting_if() {
             Some(other) => {
-                eprintln!(
+                tracing::info!(
                     "orchestrator: re-provisioning if {id} ({why}): waiting for {other} to start first"
                 );
                 None
             }
             None => {
                 let p = self.spawn_if(id, &spec, true)?;
-                eprintln!(
+                tracing::info!(
                     "orchestrator: re-provisioning if {id} ({why}): starting {}",
                     p.proc.name()
                 );
@@ -799,7 +799,7 @@ impl Daemon {
         })();
         match result {
             Ok(gap_ns) => {
-                eprintln!(
+                tracing::info!(
                     "orchestrator: if {id} switched to {} ({}); gap {:.1} µs",
                     new.proc.name(),
                     sw.why,
@@ -821,7 +821,7 @@ impl Daemon {
             }
             Err(e) => {
                 rt.reason = Some(format!("re-provision ({}) failed: {e}", sw.why));
-                eprintln!(
+                tracing::warn!(
                     "orchestrator: if {id}: {}",
                     rt.reason.as_deref().unwrap_or("")
                 );
@@ -865,7 +865,7 @@ impl Daemon {
             self.ifs.remove(&id);
             self.retiring.retain(|i| *i != id);
             self.state.clear_busy(id);
-            eprintln!("orchestrator: if {id} retired");
+            tracing::info!("orchestrator: if {id} retired");
         }
     }
 
@@ -892,10 +892,10 @@ impl Daemon {
         self.ifm_restarting = Some(Instant::now());
         match self.spawn_if_manager() {
             Ok(p) => {
-                eprintln!("orchestrator: restarting the if-manager (pid {})", p.pid());
+                tracing::info!("orchestrator: restarting the if-manager (pid {})", p.pid());
                 self.ifm = Some(p);
             }
-            Err(e) => eprintln!("orchestrator: cannot restart the if-manager: {e:#}"),
+            Err(e) => tracing::warn!("orchestrator: cannot restart the if-manager: {e:#}"),
         }
         self.save_state();
     }
@@ -911,7 +911,7 @@ impl Daemon {
         if dead {
             if since.elapsed() > Duration::from_secs(1) {
                 if let Some(p) = &self.ifm {
-                    eprintln!("orchestrator: the if-manager did not start:\n{}", p.tail());
+                    tracing::warn!("orchestrator: the if-manager did not start:\n{}", p.tail());
                 }
                 self.respawn_if_manager();
             }
@@ -921,7 +921,7 @@ impl Daemon {
             return;
         }
         self.ifm_restarting = None;
-        eprintln!("orchestrator: if-manager ready again; redeploying");
+        tracing::info!("orchestrator: if-manager ready again; redeploying");
         let ids: Vec<u16> = self.ifs.keys().copied().collect();
         for id in ids {
             let Some(d) = self.state.get(id).cloned() else {
@@ -957,7 +957,7 @@ impl Daemon {
                     // over-provisioned and shrink its share.
                     self.telemetry_rejected += 1;
                     if self.telemetry_rejected == 1 {
-                        eprintln!(
+                        tracing::warn!(
                             "orchestrator: telemetry message rejected ({e}): {}",
                             String::from_utf8_lossy(&bytes[..bytes.len().min(200)])
                         );
@@ -1010,11 +1010,11 @@ impl Daemon {
                 Ok(decision) => {
                     let line = decision.to_json_line();
                     if decision.changed() {
-                        eprintln!("orchestrator: tuning: {line}");
+                        tracing::info!("orchestrator: tuning: {line}");
                     }
                     log_line(&mut self.decisions, &line);
                 }
-                Err(e) => eprintln!("orchestrator: tuning if {id}: {e}"),
+                Err(e) => tracing::warn!("orchestrator: tuning if {id}: {e}"),
             }
         }
         let claims: Vec<Claim> = self
@@ -1035,7 +1035,7 @@ impl Daemon {
         let allocation = match self.allocator.allocate(&claims) {
             Ok(a) => a,
             Err(e) => {
-                eprintln!("orchestrator: allocation: {e}");
+                tracing::warn!("orchestrator: allocation: {e}");
                 return;
             }
         };
@@ -1072,7 +1072,7 @@ impl Daemon {
             }
             let why = format!("tuning: share {:.1}% -> {:.1}%", d.share_pct, share.pct);
             if let Err(e) = self.begin_switch(d.if_id, spec, why) {
-                eprintln!("orchestrator: if {}: {e}", d.if_id);
+                tracing::warn!("orchestrator: if {}: {e}", d.if_id);
                 self.state.set_share(d.if_id, d.share_pct);
             }
         }
@@ -1214,7 +1214,7 @@ impl Handler for Daemon {
                 return reply;
             }
             Change::Shutdown => {
-                eprintln!("orchestrator: shutting down");
+                tracing::info!("orchestrator: shutting down");
                 for (id, rt) in self.ifs.iter_mut() {
                     for p in rt.take_procs() {
                         p.proc.terminate();
@@ -1273,7 +1273,7 @@ fn clean_up_previous(runtime_dir: &Path) {
     };
     let owner = state["orchestrator"].as_u64().unwrap_or(0) as u32;
     if kp_os::affinity::process_alive(owner) && owner != std::process::id() {
-        eprintln!(
+        tracing::warn!(
             "orchestrator: another orchestrator (pid {owner}) runs on {}",
             runtime_dir.display()
         );
@@ -1293,7 +1293,7 @@ fn clean_up_previous(runtime_dir: &Path) {
         .filter(|p| kp_os::affinity::process_alive(*p))
         .collect();
     if !alive.is_empty() {
-        eprintln!(
+        tracing::warn!(
             "orchestrator: cleaning up {} processes a previous orchestrator left: {alive:?}",
             alive.len()
         );

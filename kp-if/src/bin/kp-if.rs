@@ -224,6 +224,7 @@ fn control_reply(
 }
 
 fn main() -> ExitCode {
+    init_logging();
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -231,6 +232,22 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Logs: the libraries' `tracing` events on stderr, one line each, the
+/// message alone (each names its process, as the log readers in scripts/
+/// expect), at INFO and above unless `RUST_LOG` says otherwise.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .with_level(false)
+        .with_ansi(false)
+        .init();
 }
 
 fn run(args: Args) -> Result<()> {

@@ -215,7 +215,7 @@ pub fn serve(
         let inference = s.spawn(|| {
             if let Some(cpus) = &cfg.inference_cpus {
                 if let Err(e) = kp_os::affinity::set_current_thread_cpus(cpus) {
-                    eprintln!("kp-if: cannot pin the inference thread to {cpus:?}: {e}");
+                    tracing::warn!("kp-if: cannot pin the inference thread to {cpus:?}: {e}");
                 }
             }
             inference_loop(
@@ -434,7 +434,7 @@ fn fragment_loop<'p>(
                 let Some(taken) = succession.control.try_take(me) else {
                     let since = *arming_since.get_or_insert(now);
                     if now.saturating_sub(since) > ARMING_TIMEOUT.as_nanos() as u64 {
-                        eprintln!(
+                        tracing::warn!(
                             "kp-if: the ring's owner did not yield within {ARMING_TIMEOUT:?}; parked again"
                         );
                         succession.mode.transition(Mode::Arming, Mode::Standby);
@@ -508,7 +508,7 @@ fn fragment_loop<'p>(
             }
             Mode::Active => {
                 if succession.control.owner() != me {
-                    eprintln!("kp-if: the ring was taken from us; stopping");
+                    tracing::warn!("kp-if: the ring was taken from us; stopping");
                     stats.lost_ownership = true;
                     break;
                 }
@@ -714,7 +714,7 @@ fn recover_from_dead(
     send_failed: &mut u64,
 ) -> u64 {
     let Ok(ledger) = handover::Ledger::lookup(pid) else {
-        eprintln!("kp-if: predecessor {pid} died and left no ledger");
+        tracing::warn!("kp-if: predecessor {pid} died and left no ledger");
         return 0;
     };
     let held = ledger.held();
@@ -723,7 +723,7 @@ fn recover_from_dead(
         *send_failed += u64::from(answerer.error(reply, Status::Internal, 0).is_err());
         lock(telemetry).on_answer(Status::Internal, 0, now);
     }
-    eprintln!(
+    tracing::warn!(
         "kp-if: took over from dead {pid}; answered its {} requests INTERNAL",
         held.len()
     );
@@ -884,7 +884,7 @@ fn inference_loop<'p>(
         }
         if let Err(e) = &result {
             counters.engine_errors += 1;
-            eprintln!("kp-if: inference failed on a batch of {n}: {e}");
+            tracing::error!("kp-if: inference failed on a batch of {n}: {e}");
         }
         lock(telemetry).on_batch(n, exec_ns / 1000);
         let report = policy.on_batch_done(n, exec_ns, worst, finished);
