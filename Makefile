@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build models test test-models demo demo-offline bench bench-peers fuzz miri lint fmt clean
+.PHONY: all setup build models test test-models demo demo-offline bench bench-peers fuzz miri gpu-bundle gpu-check lint fmt clean
 
 all: build
 
@@ -89,6 +89,20 @@ fuzz:
 miri:
 	MIRIFLAGS=-Zmiri-strict-provenance cargo +nightly miri test -p libml --lib -- pool::tests::split_slots pool::tests::a_buffer_of
 	MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-tree-borrows" cargo +nightly miri test -p libml --lib -- pool::tests::split_slots pool::tests::a_buffer_of
+
+# The GPU path on a machine with a GPU (docs/GPU.md). `make gpu-bundle`, on
+# this build machine, puts the stripped kp-gpu-check and its script in
+# build/gpu/ (a few MiB); `make gpu-check`, on the GPU machine, runs them
+# and builds nothing (no cargo, DPDK or network needed there). Without a GPU
+# it says so and exits 2 at once.
+gpu-bundle:
+	$(CARGO) build $(CARGO_FLAGS) -p kp-gpu-check
+	mkdir -p build/gpu
+	cp target/$(PROFILE)/kp-gpu-check scripts/gpu-check.sh build/gpu/
+	strip build/gpu/kp-gpu-check
+
+gpu-check:
+	scripts/gpu-check.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -1,0 +1,223 @@
+//! `kp-gpu-check`: what `make gpu-check` runs on a machine with a GPU.
+//!
+//! 1. The libraries and the device (on a machine without them: a clear
+//!    message and exit status 2, in well under a second).
+//! 2. Pinned registration of an input pool (64 MiB, 2 MiB-aligned, as the
+//!    IF's hugepage pool is) with PORTABLE | DEVICEMAP.
+//! 3. The gather kernel on batches of 1..32 requests scattered over the
+//!    pool (shuffled slots), `rgb_u8_hwc` 224×224 and `f32_nchw`, against
+//!    the CPU reference of the same descriptors: bit for bit.
+//! 4. The gather's bandwidth against a plain pinned host→device copy of
+//!    the same bytes (`cuMemcpyHtoDAsync`), medians of CUDA-event timings
+//!    over `--reps` runs each, in the same run (target: ≥ 0.9×).
+//!
+//! Writes `gather.csv` under `--out` and prints a summary. Exit status: 0
+//! all checks passed; 1 a check failed; 2 no GPU path here.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{ensure, Context, Result};
+use clap::Parser;
+use kp_cuda::gather::{self, GatherShape};
+use kp_cuda::{Gpu, PinnedRegion};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kp-gpu-check",
+    version,
+    about = "kneepoint's GPU path, checked and measured"
+)]
+struct Args {
+    /// Where gather.csv goes.
+    #[arg(long, default_value = "build/gpu-check")]
+    out: PathBuf,
+    /// Device ordinal.
+    #[arg(long, default_value_t = 0)]
+    device: usize,
+    /// Timed runs per measurement (the median is reported).
+    #[arg(long, default_value_t = 50)]
+    reps: usize,
+}
+
+/// The pool: 64 MiB, like a small IF's hugepage pool.
+const POOL_BYTES: usize = 64 << 20;
+/// Hugepage size: the pool is aligned to it, as a memzone of 2 MiB pages is.
+const HUGEPAGE: usize = 2 << 20;
+const MEAN: [f32; 3] = [0.485, 0.456, 0.406];
+const STD: [f32; 3] = [0.229, 0.224, 0.225];
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let t0 = Instant::now();
+    let gpu = match Gpu::open(args.device) {
+        Ok(gpu) => gpu,
+        Err(e) => {
+            eprintln!("kp-gpu-check: no GPU path here: {e}");
+            eprintln!("kp-gpu-check: nothing was checked ({:.0?})", t0.elapsed());
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args, &gpu) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kp-gpu-check: FAILED: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args, gpu: &Gpu) -> Result<()> {
+    let info = gpu.info();
+    println!(
+        "device {}: {} (sm_{}{}), {:.1} GiB, host pointer usable as is: {}",
+        info.ordinal,
+        info.name,
+        info.compute_capability.0,
+        info.compute_capability.1,
+        info.total_mem as f64 / (1u64 << 30) as f64,
+        info.host_pointer_usable
+    );
+    // A 2 MiB-aligned 64 MiB range inside a larger Vec: no unsafe needed.
+    let mut backing = vec![0u8; POOL_BYTES + HUGEPAGE];
+    let skip = backing.as_ptr().align_offset(HUGEPAGE);
+    let pool = &mut backing[skip..skip + POOL_BYTES];
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    for b in pool.iter_mut() {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        *b = rng as u8;
+    }
+    let t = Instant::now();
+    let region = PinnedRegion::register(gpu, pool).context("registering the pool")?;
+    println!(
+        "pinned: {} MiB registered in {:.1} ms, device pointer {:#x}",
+        POOL_BYTES >> 20,
+        t.elapsed().as_secs_f64() * 1e3,
+        region.device_ptr()
+    );
+    let kernel = kp_cuda::GatherKernel::compile(gpu).context("compiling the gather kernel")?;
+    let stream = gpu.stream();
+    let lut = stream
+        .clone_htod(&gather::rgb_lut(MEAN, STD))
+        .context("uploading the table")?;
+
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    let csv_path = args.out.join("gather.csv");
+    let mut csv = std::fs::File::create(&csv_path)?;
+    writeln!(
+        csv,
+        "layout,batch,bytes,gather_ms_p50,copy_ms_p50,gather_gb_s,copy_gb_s,ratio,bit_exact"
+    )?;
+    let shapes = [
+        (
+            "rgb_u8_hwc",
+            GatherShape::RgbU8Hwc {
+                height: 224,
+                width: 224,
+            },
+        ),
+        (
+            "f32_nchw",
+            GatherShape::F32 {
+                elems: 3 * 224 * 224,
+            },
+        ),
+    ];
+    let mut worst_ratio = f64::INFINITY;
+    for (name, shape) in shapes {
+        let req = shape.request_bytes() as usize;
+        let slots = POOL_BYTES / req;
+        for batch in [1usize, 2, 4, 8, 16, 32] {
+            ensure!(batch <= slots, "a batch of {batch} does not fit the pool");
+            // Slots in a shuffled order, as a busy IF's batches are.
+            let mut order: Vec<usize> = (0..slots).collect();
+            for i in (1..order.len()).rev() {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                order.swap(i, (rng % (i as u64 + 1)) as usize);
+            }
+            let host_descs = gather::descriptors(order[..batch].iter().map(|s| (s * req) as u64));
+            let descs = stream.clone_htod(&host_descs)?;
+            let elems = batch * shape.request_elems() as usize;
+            let mut out = stream.alloc_zeros::<f32>(elems)?;
+            kernel.launch(gpu, &region, &host_descs, &descs, shape, &lut, &mut out)?;
+            let got = stream.clone_dtoh(&out)?;
+            let mut want = vec![0.0f32; elems];
+            let host_lut = gather::rgb_lut(MEAN, STD);
+            gather::gather_cpu(region.as_slice(), &host_descs, shape, &host_lut, &mut want)?;
+            let exact = got
+                .iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            ensure!(
+                exact,
+                "{name} batch {batch}: the kernel and the CPU reference differ"
+            );
+
+            // Bandwidth: the gather vs a plain copy of the same bytes.
+            let bytes = batch * req;
+            let gather_ms = median_ms(gpu, args.reps, || {
+                kernel
+                    .launch(gpu, &region, &host_descs, &descs, shape, &lut, &mut out)
+                    .map_err(anyhow::Error::from)
+            })?;
+            // The plain copy reads the registered pool itself (pinned, so a
+            // DMA at the bus's speed), the same number of bytes.
+            let mut dst = stream.alloc_zeros::<u8>(bytes)?;
+            let pinned_src = &region.as_slice()[..bytes];
+            let copy_ms = median_ms(gpu, args.reps, || {
+                stream
+                    .memcpy_htod(pinned_src, &mut dst)
+                    .map_err(anyhow::Error::from)
+            })?;
+            let gb = |ms: f64| bytes as f64 / (ms / 1e3) / 1e9;
+            let ratio = copy_ms / gather_ms;
+            worst_ratio = worst_ratio.min(ratio);
+            println!(
+                "{name:10} batch {batch:2}: {:7.2} MB  gather {gather_ms:7.3} ms ({:6.2} GB/s)  copy {copy_ms:7.3} ms ({:6.2} GB/s)  gather/copy {ratio:.2}  bit-exact",
+                bytes as f64 / 1e6,
+                gb(gather_ms),
+                gb(copy_ms)
+            );
+            writeln!(
+                csv,
+                "{name},{batch},{bytes},{gather_ms:.4},{copy_ms:.4},{:.3},{:.3},{ratio:.3},{exact}",
+                gb(gather_ms),
+                gb(copy_ms)
+            )?;
+        }
+    }
+    drop(region);
+    println!(
+        "gather: every batch bit-exact against the CPU reference; worst bandwidth ratio to a plain pinned copy {worst_ratio:.2} (target >= 0.9); {}",
+        csv_path.display()
+    );
+    Ok(())
+}
+
+/// The median of `reps` runs of `f` on `gpu`'s stream, timed with CUDA
+/// events, milliseconds.
+fn median_ms(gpu: &Gpu, reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    use kp_cuda::cudarc::driver::sys::CUevent_flags;
+    let stream = gpu.stream();
+    let ctx = gpu.context();
+    f()?; // warm-up
+    let mut ms = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let start = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        let end = ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))?;
+        start.record(stream)?;
+        f()?;
+        end.record(stream)?;
+        end.synchronize()?;
+        ms.push(f64::from(start.elapsed_ms(&end)?));
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
+}

@@ -1,0 +1,417 @@
+//! kp-cuda — the one safe wrapper over CUDA for kneepoint: a GPU opened with
+//! clear errors, the input pool registered as pinned host memory, and the
+//! gather kernel that turns a batch of requests in that pool into the
+//! model's input tensor on the device.
+//!
+//! # Design
+//!
+//! On `cudarc` (the design's CUDA crate), built without default features and
+//! with `dynamic-loading`: libcuda, libnvrtc (and, for the engine to come,
+//! libcublas and libcudnn) are `dlopen()`ed at run time through the normal
+//! search path, so this crate builds and its CPU side is tested on machines
+//! without CUDA. cudarc panics when a library or one of its symbols is
+//! missing; [`Gpu::open`] checks the libraries first ([`check_libraries`])
+//! and returns [`GpuError`] instead, with what was looked for. An IF asked to
+//! run on a GPU that cannot have one fails with that error: there is no
+//! silent CPU fallback.
+//!
+//! - [`gather`]: the descriptors, the kernel source and the CPU reference
+//!   (no GPU needed; `#![deny(unsafe_code)]` in spirit: it has none).
+//! - [`Gpu`], [`PinnedRegion`], [`GatherKernel`]: the device side. Pinned
+//!   registration follows DPDK gpudev's and GSLICE's sequence:
+//!   `cuMemHostRegister` with PORTABLE | DEVICEMAP, then the device pointer
+//!   of the range (`cuMemHostGetDevicePointer`), which the kernel reads
+//!   through; unregistered on drop.
+//!
+//! # Limits
+//!
+//! One device, one stream per [`Gpu`]. No engine yet: the cudnn engine and
+//! the GPU IF (issue 11) build on this crate.
+
+pub mod gather;
+
+/// The cudarc this crate is built on: its device buffers, streams and events
+/// are part of this crate's API.
+pub use cudarc;
+
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use cudarc::driver::sys;
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+};
+
+use gather::{GatherDesc, GatherError, GatherShape, BLOCK, KERNEL_SOURCE};
+
+/// Why the GPU path cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// libcuda is not loadable: no NVIDIA driver on this machine.
+    #[error("no CUDA driver found (libcuda.so.1 not loadable; looked for {looked}): this machine has no NVIDIA driver, or it is not on the library path")]
+    NoDriver {
+        /// The file names tried.
+        looked: String,
+    },
+    /// libnvrtc is not loadable: the gather kernel cannot be compiled.
+    #[error("NVRTC missing (looked for {looked}): install the CUDA runtime compiler (e.g. the nvidia-cuda-nvrtc wheel) and put its lib folder on LD_LIBRARY_PATH")]
+    NoNvrtc {
+        /// The file names tried.
+        looked: String,
+    },
+    /// The driver loaded but there is no usable device.
+    #[error("no GPU: {0}")]
+    NoDevice(String),
+    /// A CUDA call failed.
+    #[error("CUDA: {what}: {error}")]
+    Cuda {
+        /// What was being done.
+        what: &'static str,
+        /// The driver's error.
+        error: cudarc::driver::DriverError,
+    },
+    /// NVRTC refused the kernel.
+    #[error("compiling the gather kernel: {0}")]
+    Compile(String),
+    /// Registering host memory as pinned failed.
+    #[error("cannot register {len} bytes at {addr:#x} as pinned host memory: {error}")]
+    Register {
+        /// Start of the range.
+        addr: usize,
+        /// Its length.
+        len: usize,
+        /// The driver's error.
+        error: cudarc::driver::DriverError,
+    },
+    /// The descriptors on the device are not the ones checked on the host.
+    #[error("{device} descriptors on the device, {host} on the host")]
+    DescriptorCount {
+        /// On the device.
+        device: usize,
+        /// On the host.
+        host: usize,
+    },
+    /// The gather's arguments do not fit together.
+    #[error(transparent)]
+    Gather(#[from] GatherError),
+}
+
+fn cuda(what: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> GpuError {
+    move |error| GpuError::Cuda { what, error }
+}
+
+fn candidates(lib: &str) -> String {
+    cudarc::get_lib_name_candidates(lib).join(", ")
+}
+
+/// Whether libcuda and libnvrtc can be loaded; the error says which is
+/// missing and what was looked for. Call before any other CUDA call (cudarc
+/// panics on a missing library).
+pub fn check_libraries() -> Result<(), GpuError> {
+    // SAFETY: `is_culib_present` only tries `dlopen` on the candidate names
+    // and closes what it opened; it has no other precondition.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(GpuError::NoDriver {
+            looked: candidates("cuda"),
+        });
+    }
+    // SAFETY: as above, for libnvrtc.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(GpuError::NoNvrtc {
+            looked: candidates("nvrtc"),
+        });
+    }
+    Ok(())
+}
+
+/// What a [`Gpu`] is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Its ordinal.
+    pub ordinal: usize,
+    /// Its name, e.g. "NVIDIA H100 80GB HBM3".
+    pub name: String,
+    /// Compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Device memory, bytes.
+    pub total_mem: usize,
+    /// Whether a registered host pointer can be used on the device as is
+    /// (otherwise its device pointer is asked for).
+    pub host_pointer_usable: bool,
+}
+
+/// One device, opened: its context and the stream everything runs on.
+#[derive(Debug)]
+pub struct Gpu {
+    ctx: Arc<CudaContext>,
+    stream: Arc<CudaStream>,
+    info: DeviceInfo,
+}
+
+impl Gpu {
+    /// Opens device `ordinal`: checks the libraries, creates the context
+    /// (after `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` is set, if it is: the
+    /// share is fixed here) and a stream.
+    pub fn open(ordinal: usize) -> Result<Gpu, GpuError> {
+        check_libraries()?;
+        let count = CudaContext::device_count().map_err(|e| GpuError::NoDevice(e.to_string()))?;
+        if ordinal >= count.max(0) as usize {
+            return Err(GpuError::NoDevice(format!(
+                "device {ordinal} asked for, the driver sees {count}"
+            )));
+        }
+        let ctx = CudaContext::new(ordinal).map_err(|e| GpuError::NoDevice(e.to_string()))?;
+        let stream = ctx.new_stream().map_err(cuda("creating a stream"))?;
+        let info = DeviceInfo {
+            ordinal,
+            name: ctx.name().map_err(cuda("reading the device name"))?,
+            compute_capability: ctx
+                .compute_capability()
+                .map_err(cuda("reading the compute capability"))?,
+            total_mem: ctx.total_mem().map_err(cuda("reading the memory size"))?,
+            host_pointer_usable: ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM)
+                .map_err(cuda("reading CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM"))?
+                != 0,
+        };
+        Ok(Gpu { ctx, stream, info })
+    }
+
+    /// What it is.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    /// Its context.
+    pub fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    /// The stream kneepoint's work runs on.
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+}
+
+/// A range of host memory registered with the driver as pinned (page-locked,
+/// mapped into the device's address space), for as long as this value
+/// lives; `'a` keeps the memory borrowed, so it outlives the registration.
+#[derive(Debug)]
+pub struct PinnedRegion<'a> {
+    host: *mut u8,
+    len: usize,
+    device: sys::CUdeviceptr,
+    ctx: Arc<CudaContext>,
+    _mem: PhantomData<&'a mut [u8]>,
+}
+
+impl<'a> PinnedRegion<'a> {
+    /// Registers `mem` (e.g. the IF's hugepage input pool) with PORTABLE |
+    /// DEVICEMAP and finds its device pointer. The memory stays borrowed:
+    /// while registered, the device may read it at any time.
+    pub fn register(gpu: &Gpu, mem: &'a mut [u8]) -> Result<PinnedRegion<'a>, GpuError> {
+        let (host, len) = (mem.as_mut_ptr(), mem.len());
+        gpu.ctx
+            .bind_to_thread()
+            .map_err(cuda("binding the context"))?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY:
+        // - `host..host + len` is one live allocation borrowed mutably for
+        //   `'a`, which outlives this value, which unregisters it on drop;
+        // - the context is current on this thread (bound just above).
+        let r = unsafe { sys::cuMemHostRegister_v2(host.cast(), len, flags) };
+        r.result().map_err(|error| GpuError::Register {
+            addr: host as usize,
+            len,
+            error,
+        })?;
+        let mut device: sys::CUdeviceptr = 0;
+        // SAFETY: `host` was registered just above with DEVICEMAP, which is
+        // what the call requires; `device` is a valid place to write to;
+        // flags must be 0.
+        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
+        let region = PinnedRegion {
+            host,
+            len,
+            device,
+            ctx: gpu.ctx.clone(),
+            _mem: PhantomData,
+        };
+        // On error `region` drops here, which unregisters the range.
+        r.result()
+            .map_err(cuda("finding the device pointer of pinned memory"))?;
+        Ok(region)
+    }
+
+    /// Its length, bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The address the device reads it at.
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.device
+    }
+
+    /// The registered bytes, read on the host (a plain pinned copy reads
+    /// them from here; the CPU reference of the gather too).
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY:
+        // - `host..host + len` is the range `register` borrowed mutably for
+        //   `'a`, live and initialised (it came from a `&mut [u8]`);
+        // - nothing writes it while this shared borrow lives: the mutable
+        //   borrow is held by this value, and the device only reads it.
+        unsafe { std::slice::from_raw_parts(self.host, self.len) }
+    }
+}
+
+impl Drop for PinnedRegion<'_> {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `host` is the start of a range this value registered and
+        // has not unregistered; nothing launched by kneepoint reads it after
+        // the stream that used it was synchronised (`GatherKernel` launches
+        // are followed by a synchronisation before results are read).
+        let _ = unsafe { sys::cuMemHostUnregister(self.host.cast()) };
+    }
+}
+
+// SAFETY: `GatherDesc` is `#[repr(C)]` plain data (u64, u32, u32; no
+// padding, no pointers), the layout of `struct kp_gather_desc` in the kernel.
+unsafe impl DeviceRepr for GatherDesc {}
+
+/// The gather kernels, compiled once with NVRTC and loaded.
+#[derive(Debug)]
+pub struct GatherKernel {
+    rgb: CudaFunction,
+    f32: CudaFunction,
+}
+
+impl GatherKernel {
+    /// Compiles [`KERNEL_SOURCE`] for `gpu` and loads both kernels.
+    pub fn compile(gpu: &Gpu) -> Result<GatherKernel, GpuError> {
+        let ptx = cudarc::nvrtc::compile_ptx(KERNEL_SOURCE)
+            .map_err(|e| GpuError::Compile(e.to_string()))?;
+        let module = gpu
+            .ctx
+            .load_module(ptx)
+            .map_err(cuda("loading the gather module"))?;
+        Ok(GatherKernel {
+            rgb: module
+                .load_function("kp_gather_rgb_u8_hwc")
+                .map_err(cuda("loading kp_gather_rgb_u8_hwc"))?,
+            f32: module
+                .load_function("kp_gather_f32")
+                .map_err(cuda("loading kp_gather_f32"))?,
+        })
+    }
+
+    /// Enqueues one gather of the batch `descs` (on the device already)
+    /// from `pool` into `out` on `gpu`'s stream; `lut` is
+    /// [`gather::rgb_lut`] on the device (unused for f32 requests).
+    /// `host_descs` are the same descriptors on the host, checked against
+    /// the pool and `out` first: the kernel trusts them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(
+        &self,
+        gpu: &Gpu,
+        pool: &PinnedRegion<'_>,
+        host_descs: &[GatherDesc],
+        descs: &CudaSlice<GatherDesc>,
+        shape: GatherShape,
+        lut: &CudaSlice<f32>,
+        out: &mut CudaSlice<f32>,
+    ) -> Result<(), GpuError> {
+        gather::validate(host_descs, shape, pool.len() as u64, out.len(), lut.len())?;
+        if descs.len() != host_descs.len() {
+            return Err(GpuError::DescriptorCount {
+                device: descs.len(),
+                host: host_descs.len(),
+            });
+        }
+        let n = host_descs.len() as u32;
+        // One thread per pixel (RGB) or value (f32) of each request.
+        let per = match shape {
+            GatherShape::RgbU8Hwc { height, width } => u64::from(height) * u64::from(width),
+            GatherShape::F32 { elems } => u64::from(elems),
+        };
+        let threads = u64::from(n) * per;
+        if threads == 0 {
+            return Ok(());
+        }
+        let blocks = threads.div_ceil(u64::from(BLOCK)).min(65_535 * 8) as u32;
+        let cfg = LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let pool_ptr = pool.device_ptr();
+        let stream = &gpu.stream;
+        let result = match shape {
+            GatherShape::RgbU8Hwc { .. } => {
+                let mut b = stream.launch_builder(&self.rgb);
+                b.arg(&pool_ptr)
+                    .arg(descs)
+                    .arg(&n)
+                    .arg(lut)
+                    .arg(out)
+                    .arg(&per);
+                // SAFETY: the arguments match `kp_gather_rgb_u8_hwc`'s
+                // parameters in order and type; every index the kernel
+                // forms stays inside `pool` and `out` (checked by
+                // `validate` above) and inside `lut` (768 values, checked).
+                unsafe { b.launch(cfg) }
+            }
+            GatherShape::F32 { .. } => {
+                let mut b = stream.launch_builder(&self.f32);
+                b.arg(&pool_ptr).arg(descs).arg(&n).arg(out).arg(&per);
+                // SAFETY: as above, for `kp_gather_f32`.
+                unsafe { b.launch(cfg) }
+            }
+        };
+        result.map(drop).map_err(cuda("launching the gather"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_errors_say_what_is_missing_and_what_to_do() {
+        let e = GpuError::NoDriver {
+            looked: candidates("cuda"),
+        };
+        let text = e.to_string();
+        assert!(text.starts_with("no CUDA driver found"), "{text}");
+        assert!(text.contains("libcuda.so.1"), "{text}");
+        let e = GpuError::NoNvrtc {
+            looked: candidates("nvrtc"),
+        };
+        assert!(e.to_string().contains("libnvrtc.so"), "{e}");
+        assert!(GpuError::NoDevice("x".into())
+            .to_string()
+            .starts_with("no GPU"));
+    }
+
+    #[test]
+    fn opening_a_gpu_never_panics() {
+        // Here (CI, no NVIDIA driver) this is an error that says so; on a
+        // GPU machine it opens device 0. Either way no panic: the libraries
+        // are checked before cudarc is asked for anything.
+        match Gpu::open(0) {
+            Ok(gpu) => assert!(!gpu.info().name.is_empty()),
+            // SAFETY: `is_culib_present` only tries `dlopen`.
+            Err(GpuError::NoDriver { .. }) => assert!(!unsafe { sys::is_culib_present() }),
+            Err(e) => assert!(
+                matches!(e, GpuError::NoNvrtc { .. } | GpuError::NoDevice(_)),
+                "{e}"
+            ),
+        }
+    }
+}
