@@ -104,7 +104,7 @@ gpu-bundle:
 gpu-check:
 	scripts/gpu-check.sh
 
-lint:
+lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 
