@@ -39,7 +39,7 @@ test-models: setup
 test: lint build models test-models
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
-	$(PYTHON) -m unittest bench/test_report.py bench/test_smoke.py
+	$(PYTHON) -m unittest bench/test_report.py bench/test_smoke.py bench/test_stats.py
 	$(PYTHON) bench/bench.py --smoke --out target/bench/smoke
 
 # The whole platform, live, in under two minutes: the orchestrator starts the

@@ -27,11 +27,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent / "peers"))
 from kp_peer_model import Model  # noqa: E402
 
-
-def pct(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list."""
-    i = min(len(sorted_values) - 1, max(0, int(np.ceil(q * len(sorted_values))) - 1))
-    return sorted_values[i]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stats import percentile  # noqa: E402
 
 
 def main() -> int:
@@ -58,10 +55,10 @@ def main() -> int:
             model.infer(x)
             lat.append((time.perf_counter() - t) * 1e3)
         lat.sort()
-        med = pct(lat, 0.5)
+        med = percentile(lat, 0.5)
         print(json.dumps({
             "model": model.name, "batch": b, "threads": a.threads, "iterations": len(lat),
-            "median_ms": med, "p90_ms": pct(lat, 0.9), "p99_ms": pct(lat, 0.99),
+            "median_ms": med, "p90_ms": percentile(lat, 0.9), "p99_ms": percentile(lat, 0.99),
             "min_ms": lat[0], "max_ms": lat[-1], "images_per_s": 1000.0 * b / med,
             "cpus": sorted(os.sched_getaffinity(0)),
         }), flush=True)

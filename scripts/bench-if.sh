@@ -46,6 +46,8 @@
 # overheads), 2 MiB hugepages and `make build models`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The harness's shared Python (bench/stats.py: the one percentile).
+export KP_BENCH_DIR="$repo/bench"
 bin="$repo/target/${PROFILE:-release}"
 py="$repo/.venv/bin/python"
 model=${MODEL:-squeezenet}
@@ -342,10 +344,8 @@ JL = lambda n: [json.loads(l) for l in open(f"{out}/{n}") if l.strip()]
 meta = J("meta.json")
 hz = os.sysconf("SC_CLK_TCK")
 
-def pct(v, q):
-    """Nearest-rank quantile (as HDR histograms and kp-engine-bench)."""
-    v = sorted(v)
-    return v[max(1, math.ceil(q * len(v))) - 1] if v else None
+sys.path.insert(0, os.environ["KP_BENCH_DIR"])
+from stats import percentile as pct  # the one percentile: nearest rank
 
 # --- engine alone -------------------------------------------------------
 eng = {}

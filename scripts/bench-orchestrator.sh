@@ -66,6 +66,8 @@
 # Needs root, iproute2, jq, hugepages and `make build models`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# The harness's shared Python (bench/stats.py: the one percentile).
+export KP_BENCH_DIR="$repo/bench"
 bin="$repo/target/${PROFILE:-release}"
 py="$repo/.venv/bin/python"
 [[ -x "$py" ]] || py=python3
@@ -355,9 +357,8 @@ import csv, glob, json, math, os, sys
 cur = sys.argv[1]
 summary = json.loads(open(f"{cur}/summary.json").read().strip().splitlines()[-1])
 meta = json.load(open(f"{cur}/meta.json"))
-def pct(xs, q):  # nearest rank
-    xs = sorted(xs)
-    return xs[max(0, math.ceil(q * len(xs)) - 1)] if xs else None
+sys.path.insert(0, os.environ["KP_BENCH_DIR"])
+from stats import percentile as pct  # the one percentile: nearest rank
 res = {"date": meta["date"], "cpus": meta["cpus"], "loadavg_at_start": meta["loadavg_at_start"],
        "cpu_pressure_at_start": meta["cpu_pressure_at_start"],
        "loadavg_at_end": open(f"{cur}/loadavg.end").read().split(), "ifs": {}}

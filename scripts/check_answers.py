@@ -24,6 +24,10 @@ import json
 import struct
 import sys
 from collections import Counter, defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from stats import percentile  # noqa: E402  (the one percentile: nearest rank)
 
 MAGIC = 0x4B4E5054
 STATUS = ["ok", "unknown_if", "bad_request", "incomplete", "overloaded", "internal"]
@@ -86,13 +90,6 @@ def parse_answer(frame):
         "type": typ, "if_id": if_id, "request_id": request_id, "send_ts_ns": send_ts,
         "status": status, "k": k, "batch_size": batch, "latency_us": latency_us,
     }
-
-
-def percentile(values, q):
-    if not values:
-        return None
-    values = sorted(values)
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def main() -> int:
