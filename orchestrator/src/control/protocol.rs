@@ -12,8 +12,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
 
-use super::state::{DesiredIf, DesiredState};
-
 /// The commands, as the `cmd` field names them.
 pub const COMMANDS: [&str; 7] = [
     "deploy", "retire", "slo", "share", "unpin", "status", "shutdown",
@@ -535,32 +533,6 @@ pub struct StatusRow {
     pub reason: Option<String>,
 }
 
-impl StatusRow {
-    /// A row for `desired` in `state`, with no process and no metrics yet;
-    /// the daemon overlays what it measured.
-    pub fn from_desired(desired: &DesiredIf, state: IfState) -> StatusRow {
-        StatusRow {
-            if_id: desired.if_id,
-            model: desired.model.clone(),
-            state,
-            pid: None,
-            share_pct: desired.share_pct,
-            pinned: desired.pinned,
-            slo_ms: desired.slo_ms,
-            batch_size: None,
-            mean_batch_size: None,
-            throughput_rps: None,
-            arrival_rps: None,
-            p50_ms: None,
-            p99_ms: None,
-            slo_attainment: None,
-            switchovers: 0,
-            last_switchover_gap_us: None,
-            reason: None,
-        }
-    }
-}
-
 /// The payload of a `status` reply.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {
@@ -573,28 +545,6 @@ pub struct StatusReport {
     /// device), when the daemon knows it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub platform: Option<Value>,
-}
-
-impl StatusReport {
-    /// The desired state alone: every IF `active` unless it is busy
-    /// (`starting`). A base the daemon overlays with what it observes.
-    pub fn from_desired(state: &DesiredState) -> StatusReport {
-        StatusReport {
-            platform: None,
-            shutting_down: state.is_shutting_down(),
-            ifs: state
-                .ifs()
-                .map(|d| {
-                    let phase = if state.busy(d.if_id).is_some() {
-                        IfState::Starting
-                    } else {
-                        IfState::Active
-                    };
-                    StatusRow::from_desired(d, phase)
-                })
-                .collect(),
-        }
-    }
 }
 
 #[cfg(test)]

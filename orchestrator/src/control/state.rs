@@ -15,7 +15,7 @@ use kp_wire::IfId;
 use libml::model::{ConfigError, ModelConfig};
 use serde::{Deserialize, Serialize};
 
-use super::protocol::{ControlError, Reply, Request};
+use super::protocol::{ControlError, IfState, Reply, Request, StatusReport, StatusRow};
 
 /// The initial share of an IF whose model has no knee profile, percent.
 /// GSLICE starts an inference function at about a third of the GPU and lets
@@ -477,6 +477,58 @@ fn known_models(models: &ModelCatalog) -> String {
         .map(|e| format!("{} (if_id {})", e.name, e.if_id))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+// The status payload's constructors from the desired state live here, not
+// in `protocol`: the wire types know nothing of the state, so the module
+// dependency runs one way (state -> protocol).
+
+impl StatusRow {
+    /// A row for `desired` in `state`, with no process and no metrics yet;
+    /// the daemon overlays what it measured.
+    pub fn from_desired(desired: &DesiredIf, state: IfState) -> StatusRow {
+        StatusRow {
+            if_id: desired.if_id,
+            model: desired.model.clone(),
+            state,
+            pid: None,
+            share_pct: desired.share_pct,
+            pinned: desired.pinned,
+            slo_ms: desired.slo_ms,
+            batch_size: None,
+            mean_batch_size: None,
+            throughput_rps: None,
+            arrival_rps: None,
+            p50_ms: None,
+            p99_ms: None,
+            slo_attainment: None,
+            switchovers: 0,
+            last_switchover_gap_us: None,
+            reason: None,
+        }
+    }
+}
+
+impl StatusReport {
+    /// The desired state alone: every IF `active` unless it is busy
+    /// (`starting`). A base the daemon overlays with what it observes.
+    pub fn from_desired(state: &DesiredState) -> StatusReport {
+        StatusReport {
+            platform: None,
+            shutting_down: state.is_shutting_down(),
+            ifs: state
+                .ifs()
+                .map(|d| {
+                    let phase = if state.busy(d.if_id).is_some() {
+                        IfState::Starting
+                    } else {
+                        IfState::Active
+                    };
+                    StatusRow::from_desired(d, phase)
+                })
+                .collect(),
+        }
+    }
 }
 
 #[cfg(test)]
