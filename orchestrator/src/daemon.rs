@@ -70,6 +70,11 @@ const IF_TIMEOUT: Duration = Duration::from_secs(10);
 const WARM_UP: Duration = Duration::from_secs(3);
 /// How long a process may take to say it is ready (model load included).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long IF processes get to finish and exit after `shutdown` (SIGTERM)
+/// before they are killed: an IF answers what it holds within its
+/// reassembly timeout and a batch, well under this; one that has not exited
+/// by then is stuck, and shutdown must not wait on it forever.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// What one `kp-if` process runs with.
 #[derive(Clone, Debug, PartialEq)]
@@ -184,6 +189,8 @@ pub struct Daemon {
     telemetry_rejected: u64,
     /// Since when the if-manager is being restarted.
     ifm_restarting: Option<Instant>,
+    /// Since when it is shutting down (processes killed after the grace).
+    shutdown_since: Option<Instant>,
     /// The machine as hwloc sees it, for status.
     topology: Value,
 }
@@ -267,6 +274,7 @@ impl Daemon {
             platform_restarts: 0,
             telemetry_rejected: 0,
             ifm_restarting: None,
+            shutdown_since: None,
             topology: topology_summary,
             cfg,
         };
@@ -328,8 +336,11 @@ impl Daemon {
                 tracing::warn!("orchestrator: control socket: {e}");
             }
             self.step();
-            if self.state.is_shutting_down() && self.all_ifs_gone() {
-                return self.finish();
+            if self.state.is_shutting_down() {
+                if self.all_ifs_gone() {
+                    return self.finish();
+                }
+                self.kill_stragglers();
             }
         }
     }
@@ -933,6 +944,28 @@ impl Daemon {
                 Err(e) => self.ifs.get_mut(&id).expect("listed").reason = Some(e),
             }
         }
+    }
+
+    /// After [`SHUTDOWN_GRACE`], kills the IF processes that did not exit
+    /// on SIGTERM, saying which and what they said last.
+    fn kill_stragglers(&mut self) {
+        let since = *self.shutdown_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < SHUTDOWN_GRACE {
+            return;
+        }
+        for (_, p) in &mut self.leaving {
+            if p.proc.poll_exit().is_none() {
+                tracing::warn!(
+                    "orchestrator: {} did not exit within {SHUTDOWN_GRACE:?} of shutdown; killing it:\n{}",
+                    p.proc.name(),
+                    p.proc.tail()
+                );
+                p.proc.kill();
+            }
+        }
+        // SIGKILL takes effect at once; the next round, if any, is after
+        // another grace period, not on every pass of the loop.
+        self.shutdown_since = Some(Instant::now());
     }
 
     fn all_ifs_gone(&mut self) -> bool {
