@@ -655,6 +655,11 @@ impl Daemon {
                     Err(e) => tracing::warn!("orchestrator: activating {}: {e}", s.proc.name()),
                 }
             }
+            // Not taking over: stop it. Left running, a shadow that is still
+            // loading parks and never exits, and one whose activation half
+            // happened holds the ring, so every new active would refuse to
+            // start ("already served") and be failed over again.
+            s.proc.terminate();
             self.leaving.push((id, s));
         }
         // No ready shadow: start a new active (it takes the ring from the
@@ -1248,6 +1253,10 @@ impl Handler for Daemon {
             }
             Change::Shutdown => {
                 tracing::info!("orchestrator: shutting down");
+                // Old actives still draining and shadows let go finish now.
+                for (_, p) in &self.leaving {
+                    p.proc.terminate();
+                }
                 for (id, rt) in self.ifs.iter_mut() {
                     for p in rt.take_procs() {
                         p.proc.terminate();
