@@ -114,10 +114,19 @@ file_prefix = "{prefix}"
     Ok(())
 }
 
+/// How long a test waits for the orchestrator to exit after `shutdown`.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(60);
+
 /// The orchestrator in a process group of its own, so that whatever it
 /// started (the if-manager, the IFs) is stopped with it if the test fails.
+/// Its stdout and stderr are read from the start, by a thread each: a pipe
+/// nobody reads fills (64 KiB of log) and then blocks the orchestrator.
 struct Orchestrator {
     child: Option<Child>,
+    stdout: Option<std::thread::JoinHandle<Vec<u8>>>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    /// What it wrote on stderr so far, for a timeout's error.
+    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl Orchestrator {
@@ -132,23 +141,73 @@ impl Orchestrator {
             .stderr(Stdio::piped())
             .process_group(0)
             .spawn()?;
-        Ok(Orchestrator { child: Some(child) })
+        let mut child = child;
+        let mut out = child.stdout.take().context("stdout")?;
+        let mut err = child.stderr.take().context("stderr")?;
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stdout = std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut out, &mut buf);
+            buf
+        });
+        let sink = log.clone();
+        let stderr = std::thread::spawn(move || {
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut err, &mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .extend_from_slice(&chunk[..n]);
+            }
+            sink.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        });
+        Ok(Orchestrator {
+            child: Some(child),
+            stdout: Some(stdout),
+            stderr: Some(stderr),
+            log,
+        })
     }
 
     fn child(&mut self) -> &mut Child {
         self.child.as_mut().expect("running")
     }
 
-    /// Waits for it to exit (after `shutdown`) and returns its output.
+    /// Waits for it to exit (after `shutdown`) and returns its output. Its own
+    /// shutdown is bounded: IF processes get 10 s (SHUTDOWN_GRACE) before they
+    /// are killed, the if-manager 10 s more, so [`SHUTDOWN_WAIT`] leaves room
+    /// for a slow, loaded machine and still fails on a real hang.
     fn wait(mut self, timeout: Duration) -> Result<std::process::Output> {
         let deadline = Instant::now() + timeout;
         while self.child().try_wait()?.is_none() {
             if Instant::now() > deadline {
-                bail!("the orchestrator did not exit within {timeout:?}");
+                let log = self.log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                let text = String::from_utf8_lossy(&log);
+                let lines: Vec<&str> = text.lines().collect();
+                // The first lines say how it started going wrong, the last
+                // where it is stuck.
+                let head = lines.iter().take(40).copied().collect::<Vec<_>>();
+                let tail = lines.iter().skip(40.max(lines.len().saturating_sub(20)));
+                bail!(
+                    "the orchestrator did not exit within {timeout:?}; its log ({} lines):\n{}\n...\n{}",
+                    lines.len(),
+                    head.join("\n"),
+                    tail.copied().collect::<Vec<_>>().join("\n")
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(self.child.take().expect("running").wait_with_output()?)
+        let status = self.child.take().expect("running").wait()?;
+        let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
+            h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
+        };
+        Ok(std::process::Output {
+            status,
+            stdout: join(self.stdout.take()),
+            stderr: join(self.stderr.take()),
+        })
     }
 }
 
@@ -266,7 +325,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
         kpctl(&endpoint, &["shutdown"])?;
         Ok(())
     })();
-    let out = second.wait(Duration::from_secs(30))?;
+    let out = second.wait(SHUTDOWN_WAIT)?;
     result.with_context(|| {
         format!(
             "orchestrator log:\n{}",
@@ -354,7 +413,7 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         kpctl(&endpoint, &["shutdown"])?;
         Ok((r1, r5, status))
     })();
-    let out = orch.wait(Duration::from_secs(30))?;
+    let out = orch.wait(SHUTDOWN_WAIT)?;
     let exit = out.status;
     let log = String::from_utf8_lossy(&out.stderr).to_string();
     let (r1, r5, status) = result.with_context(|| format!("orchestrator log:\n{log}"))?;
