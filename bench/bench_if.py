@@ -1,0 +1,652 @@
+#!/usr/bin/env python3
+"""The Python of scripts/bench-if.sh (one inference function: the engine
+alone vs end to end, the platform's latency, the IF's memory): the
+snapshots the script takes while the platform runs, and the analysis of
+everything it wrote into its results folder. The script keeps the
+processes (DPDK, namespaces, tcpdump, kp-client); it calls
+
+    bench_if.py meta FILE --model M ...     the run's settings and machine
+    bench_if.py machine LABEL IFM_PID IF_PID  a JSON line of machine.jsonl
+    bench_if.py memory LABEL PID PROC        a JSON line of memory.jsonl
+    bench_if.py client BASE CMD...           CMD (kp-client) -> BASE.json,
+                                             BASE.log, BASE.rusage.json
+    bench_if.py ok-rate CLIENT.json          OK answers per second
+    bench_if.py offered-rate OK_RATE FRACTION  the half-load rate (fails
+                                             below 0.5 req/s)
+    bench_if.py analyse OUT                  engine.csv, answers-*.csv,
+                                             memory.csv, summary.json,
+                                             summary.md (also printed)
+
+How each number is computed: docs/PERFORMANCE.md, "Inference function:
+engine alone vs end to end". Percentiles are bench/stats.py's (nearest
+rank). Standard library only; the functions below the readers are pure,
+tested in bench/test_bench_if.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import resource
+import statistics
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import host  # noqa: E402
+from stats import percentile as pct  # noqa: E402  (the one percentile: nearest rank)
+
+PHASES = ("single", "sat", "half", "long")
+MEMORY_KEYS = ["VmRSS_kB", "RssAnon_kB", "RssFile_kB", "RssShmem_kB", "VmHWM_kB", "HugetlbPages_kB"]
+MEMORY_LABELS = ["rest", "after-saturation", "after-half", "after-long"]
+# Answers of one batch leave one after the other, well within this.
+BATCH_WINDOW_NS = 2_000_000
+
+
+# --- snapshots while the platform runs (/proc) ---------------------------
+
+def cpu_counters(proc_stat: str) -> dict:
+    """Per-CPU busy/idle/steal/user/system/softirq ticks of /proc/stat."""
+    cpus = {}
+    for l in proc_stat.splitlines(True):
+        if l.startswith("cpu"):
+            f = l.split()
+            v = list(map(int, f[1:]))
+            # user nice system idle iowait irq softirq steal (ticks)
+            cpus[f[0]] = {"busy": v[0] + v[1] + v[2] + v[5] + v[6], "idle": v[3] + v[4], "steal": v[7],
+                          "user": v[0] + v[1], "system": v[2], "softirq": v[5] + v[6]}
+    return cpus
+
+
+def task_record(stat: str, status: str, schedstat: str, tid: int, pid: int) -> dict:
+    """One thread: its name, CPU time (schedstat ns: exact, where the
+    tick-sampled utime/stime misattribute threads that sleep and wake
+    often) and allowed CPUs, from its /proc/PID/task/TID files."""
+    comm = stat[stat.index("(") + 1:stat.rindex(")")]
+    allowed = [l.split(":")[1].strip() for l in status.splitlines(True) if l.startswith("Cpus_allowed_list")][0]
+    return {"comm": comm, "ns": int(schedstat.split()[0]), "cpus": allowed, "main": tid == pid}
+
+
+def threads(pid: int) -> Optional[dict]:
+    """Every thread of PID by tid; None when there is no such process."""
+    if pid <= 0 or not os.path.exists(f"/proc/{pid}"):
+        return None
+    ts = {}
+    for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+        d = f"/proc/{pid}/task/{tid}"
+        try:
+            ts[tid] = task_record(host.read(f"{d}/stat"), host.read(f"{d}/status"), host.read(f"{d}/schedstat"),
+                                  int(tid), pid)
+        except (OSError, ValueError, IndexError):
+            pass
+    return ts
+
+
+def machine_snapshot(label: str, ifm_pid: int, kpif_pid: int) -> dict:
+    """Load average, per-CPU counters and both daemons' threads now."""
+    cpus = cpu_counters(host.read("/proc/stat"))
+    return {"label": label, "t": time.monotonic(), "loadavg": host.load_average(host.read("/proc/loadavg")),
+            "cpus": cpus, "if_manager": threads(ifm_pid), "kp_if": threads(kpif_pid)}
+
+
+def process_memory(status: str) -> dict:
+    """The memory lines of /proc/PID/status (kB) and its thread count."""
+    st = {}
+    for l in status.splitlines(True):
+        k, _, v = l.partition(":")
+        if k in ("VmRSS", "RssAnon", "RssFile", "RssShmem", "VmHWM", "VmSize", "HugetlbPages"):
+            st[k + "_kB"] = int(v.split()[0])
+        elif k == "Threads":
+            st[k] = int(v)
+    return st
+
+
+def hugetlb_maps(smaps: str) -> dict:
+    """Mapped file (or "[anon]") -> shared/private hugetlb kB, of the
+    mappings of /proc/PID/smaps that have some or are on /dev/hugepages."""
+    maps, cur = {}, None
+    for l in smaps.splitlines(True):
+        f = l.split()
+        if len(f) >= 5 and "-" in f[0] and not f[0].endswith(":"):
+            cur = f[5] if len(f) >= 6 else "[anon]"
+            continue
+        if f[0] in ("Shared_Hugetlb:", "Private_Hugetlb:") and cur is not None:
+            m = maps.setdefault(cur, {"shared_kB": 0, "private_kB": 0})
+            m["shared_kB" if f[0] == "Shared_Hugetlb:" else "private_kB"] += int(f[1])
+    return {k: v for k, v in maps.items() if v["shared_kB"] or v["private_kB"] or k.startswith("/dev/hugepages")}
+
+
+def hugepage_counts(meminfo: str) -> dict:
+    """The HugePages_* lines of /proc/meminfo."""
+    return {l.split(":")[0]: int(l.split()[1]) for l in meminfo.splitlines(True) if l.startswith("HugePages_")}
+
+
+def memory_snapshot(label: str, pid: int, proc: str) -> dict:
+    """PID's memory now and the machine's free hugepages."""
+    st = process_memory(host.read(f"/proc/{pid}/status"))
+    hp = hugetlb_maps(host.read(f"/proc/{pid}/smaps"))
+    mi = hugepage_counts(host.read("/proc/meminfo"))
+    return {"label": label, "proc": proc, "pid": pid, "status": st,
+            "hugetlb_kB": sum(v["shared_kB"] + v["private_kB"] for v in hp.values()),
+            "hugetlb_maps": hp, "hugepages_free": mi.get("HugePages_Free"),
+            "hugepages_total": mi.get("HugePages_Total")}
+
+
+def run_client(base: str, command: list[str]) -> int:
+    """COMMAND's stdout to BASE.json, stderr to BASE.log, and the CPU time
+    it used (getrusage of the children) to BASE.rusage.json."""
+    t = time.monotonic()
+    with open(base + ".json", "w") as o, open(base + ".log", "w") as e:
+        rc = subprocess.run(command, stdout=o, stderr=e, stdin=subprocess.DEVNULL).returncode
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with open(base + ".rusage.json", "w") as f:
+        json.dump({"user_s": ru.ru_utime, "sys_s": ru.ru_stime, "wall_s": time.monotonic() - t}, f)
+    return rc
+
+
+def meta(a: argparse.Namespace) -> dict:
+    """The run's settings (as the script got them) and the machine."""
+    return {"model": a.model, "if_id": a.if_id, "duration_s": a.duration_s, "long_duration_s": a.long_duration_s,
+            "warmup_s": a.warmup_s, "engine_seconds": a.engine_seconds, "max_batch": a.max_batch,
+            "concurrency": a.concurrency, "slo_ms": a.slo_ms, "load_fraction": a.load_fraction,
+            "threads": a.threads, "cpus": {"if_manager": a.if_manager_cpu, "kp_if": a.kp_if_cpu, "client": a.client_cpu},
+            "busy_poll": a.busy_poll == "1", "tcpdump": a.tcpdump == 1,
+            "nproc": os.cpu_count(), "cpu": host.cpu_model(host.read("/proc/cpuinfo")), "kernel": platform.release(),
+            "git": host.git_head(a.repo), "loadavg_at_start": host.load_average(host.read("/proc/loadavg"))}
+
+
+def ok_rate(client: dict) -> float:
+    """A kp-client report's OK answers per second over its answer span."""
+    return client["status"]["ok"] / client["answer_span_s"]
+
+
+def offered_rate(ok_per_s: float, fraction: float) -> float:
+    """The open-loop rate of the half-load phases, 0.1 req/s resolution."""
+    return round(ok_per_s * fraction, 1)
+
+
+# --- analysis: engine alone -------------------------------------------------
+
+def engine_runs(before: list[dict], after: list[dict]) -> dict:
+    """batch -> {"before": line, "after": line} of kp-engine-bench's output."""
+    eng = {}
+    for run, lines in (("before", before), ("after", after)):
+        for r in lines:
+            eng.setdefault(r["batch"], {})[run] = r
+    return eng
+
+
+def reference_ms(eng: dict) -> dict:
+    """The reference cost of a batch of n: the mean of the runs' medians."""
+    return {n: statistics.mean(v[k]["latency_ms"]["median"] for k in v) for n, v in eng.items()}
+
+
+def engine_rows(eng: dict) -> list[list]:
+    """engine.csv, header first."""
+    rows = [["run", "batch", "iterations", "median_ms", "p90_ms", "p99_ms", "images_per_s_median", "images_per_s_total"]]
+    for n in sorted(eng):
+        for run, r in sorted(eng[n].items()):
+            L = r["latency_ms"]
+            rows.append([run, n, r["iterations"], L["median"], L["p90"], L["p99"], r["images_per_s_median"],
+                         r["images_per_s_total"]])
+    return rows
+
+
+# --- analysis: captures -------------------------------------------------------
+
+def udp_payloads(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(capture time ns, UDP payload) of every IPv4/UDP frame of a pcap
+    (either byte order, µs or ns timestamps) whose payload is kneepoint's."""
+    magic = struct.unpack("<I", data[:4])[0]
+    endian, nano = ("<", magic == 0xA1B23C4D) if magic in (0xA1B2C3D4, 0xA1B23C4D) else (">", magic == 0x4D3CB2A1)
+    pos = 24
+    while pos + 16 <= len(data):
+        sec, frac, incl, _ = struct.unpack(endian + "IIII", data[pos:pos + 16])
+        pkt = data[pos + 16:pos + 16 + incl]
+        pos += 16 + incl
+        if len(pkt) < 14 + 20 + 8 + 32 or pkt[12:14] != b"\x08\x00":
+            continue
+        p = pkt[14 + (pkt[14] & 15) * 4 + 8:]
+        if p[:4] == b"KNPT":
+            yield sec * 10**9 + (frac if nano else frac * 1000), p
+
+
+def fragment_spans(fragments: Iterator[tuple[int, bytes]]) -> dict:
+    """request_id -> µs from its first to its last fragment at the
+    platform's interface (the reassembly span the client's sending
+    imposes), for requests with both captured."""
+    first, last = {}, {}
+    for t, p in fragments:
+        _, _, _, _, req, _, idx, cnt = struct.unpack(">IBBHQIHH", p[:24])
+        if idx == 0:
+            first[req] = t
+        if idx + 1 == cnt:
+            last[req] = t
+    return {r: (last[r] - first[r]) / 1000 for r in first if r in last and last[r] >= first[r]}
+
+
+def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict) -> list[dict]:
+    """Every answer, in capture order: status, batch_size, latency_us, the
+    wire RTT (capture time - the send_ts_ns the client stamped just before
+    its first fragment, both CLOCK_REALTIME on this machine) and its
+    request's fragment span."""
+    rows = []
+    for t_ns, p in answers:
+        if len(p) < 36:
+            continue
+        _, _, _, _, req, send_ts, status, _, batch, lat = struct.unpack(">IBBHQQIHHI", p[:36])
+        rows.append({"request_id": req, "status": status, "batch_size": batch, "latency_us": lat,
+                     "rtt_wire_us": round((t_ns - send_ts) / 1000, 1), "t_ns": t_ns,
+                     "frag_span_us": spans.get(req)})
+    rows.sort(key=lambda r: r["t_ns"])
+    return rows
+
+
+def mark_engine_busy(rows: list[dict]) -> list[dict]:
+    """The OK answers with a batch, each given engine_busy_at_arrival_us.
+    The answers of one batch leave together, one after the other. A
+    request "found the engine busy" if the previous batch's answers left
+    after its first fragment reached the IF (capture time - latency_us);
+    both times carry the same answer-path delay, which cancels."""
+    ok = [r for r in rows if r["status"] == 0 and r["batch_size"] > 0]
+    prev_done, cur = None, None
+    for r in ok:
+        if cur and r["batch_size"] == cur["n"] and cur["left"] > 0 and r["t_ns"] - cur["t0"] < BATCH_WINDOW_NS:
+            cur["left"] -= 1
+        else:
+            if cur:
+                prev_done = cur["t0"]
+            cur = {"n": r["batch_size"], "t0": r["t_ns"], "left": r["batch_size"] - 1}
+        arrival = r["t_ns"] - 1000 * r["latency_us"]
+        r["engine_busy_at_arrival_us"] = None if prev_done is None else round(max(0, prev_done - arrival) / 1000, 1)
+    return ok
+
+
+ANSWER_COLUMNS = ["request_id", "status", "batch_size", "latency_us", "rtt_wire_us", "t_ns", "frag_span_us",
+                  "engine_busy_at_arrival_us"]
+
+
+# --- analysis: CPU use and per-phase statistics -------------------------------
+
+def cpu_use(a: dict, b: dict, hz: int, rusage: dict, tcpdump_s: float) -> dict:
+    """CPU use between two machine snapshots: both CPUs' busy shares, our
+    daemons' threads, kp-client and tcpdump, % of a CPU."""
+    secs = b["t"] - a["t"]
+    res = {"seconds": round(secs, 2), "loadavg_end": b["loadavg"]}
+    busy_s = 0.0
+    for c in ("cpu0", "cpu1"):
+        d = {k: (b["cpus"][c][k] - a["cpus"][c][k]) / hz for k in ("busy", "user", "system", "softirq", "steal")}
+        busy_s += d["busy"]
+        res[c] = {k: round(100 * v / secs, 1) for k, v in d.items()}
+    ours = 0.0
+    for proc in ("kp_if", "if_manager"):
+        ta, tb = a.get(proc) or {}, b.get(proc) or {}
+        th = {}
+        for tid, t in tb.items():
+            d = (t["ns"] - ta.get(tid, {"ns": 0})["ns"]) / 1e9
+            ours += d
+            if d >= 0.001 * secs:
+                th[t["comm"] + (" main" if t["main"] else f" {tid}")] = round(100 * d / secs, 1)
+        res[f"{proc}_threads_pct"] = th
+    res["kp_client_pct"] = round(100 * (rusage["user_s"] + rusage["sys_s"]) / secs, 1)
+    ours += rusage["user_s"] + rusage["sys_s"]
+    res["tcpdump_pct"] = round(100 * tcpdump_s / secs, 1)
+    ours += tcpdump_s
+    # Busy time of both CPUs not spent in our processes' threads: other
+    # users' work, plus kernel work not charged to a task (e.g. softirqs).
+    res["others_pct"] = round(100 * max(0.0, busy_s - ours) / secs, 1)
+    return res
+
+
+def q3(v: list) -> dict:
+    return {"p50": pct(v, .5), "p90": pct(v, .9), "p99": pct(v, .99), "n": len(v)}
+
+
+def phase_stats(client: dict, ok: list[dict], ref_ms: dict, cpu: dict) -> dict:
+    """One phase: kp-client's report and, from the captured OK answers at
+    batch sizes the engine was measured at, the platform's latency split
+    into inference (the engine's median at the request's batch size) and
+    overhead."""
+    res = {"client": client,
+           "ok_per_s": client["status"]["ok"] / client["answer_span_s"] if client["answer_span_s"] else 0.0,
+           "statuses": {k: v for k, v in client["status"].items() if v}, "unanswered": client["unanswered"],
+           "cpu": cpu}
+    rows = [r for r in ok if r["batch_size"] in ref_ms]
+    if not rows:
+        return res
+    mix = {}
+    for r in rows:
+        mix[r["batch_size"]] = mix.get(r["batch_size"], 0) + 1
+    over = [r["latency_us"] - 1000 * ref_ms[r["batch_size"]] for r in rows]
+    idle = [r["latency_us"] - 1000 * ref_ms[r["batch_size"]] for r in rows if r["engine_busy_at_arrival_us"] == 0]
+    spanned = [r for r in rows if r["frag_span_us"] is not None]
+    res.update({
+        "answers_captured": len(rows),
+        "batch_mix_requests": dict(sorted(mix.items())),
+        "mean_batch": statistics.mean(r["batch_size"] for r in rows),
+        "platform_us": q3([r["latency_us"] for r in rows]),
+        "inference_us": q3([1000 * ref_ms[r["batch_size"]] for r in rows]),
+        "overhead_us": q3(over),
+        "overhead_engine_idle_us": q3(idle),
+        "found_engine_busy_fraction": sum(1 for r in rows if (r["engine_busy_at_arrival_us"] or 0) > 0) / len(rows),
+        "outside_if_us": q3([r["rtt_wire_us"] - r["latency_us"] for r in rows]),
+        # Of the overhead, the time the request's own fragments were still
+        # arriving, and what is left after its last fragment (both from
+        # requests whose first and last fragments were captured).
+        "frag_span_us": q3([r["frag_span_us"] for r in spanned]),
+        "overhead_after_last_fragment_us": q3([r["latency_us"] - 1000 * ref_ms[r["batch_size"]] - r["frag_span_us"]
+                                               for r in spanned]),
+        "overhead_after_last_fragment_engine_idle_us": q3([
+            r["latency_us"] - 1000 * ref_ms[r["batch_size"]] - r["frag_span_us"]
+            for r in spanned if r["engine_busy_at_arrival_us"] == 0]),
+        "rtt_wire_us": q3([r["rtt_wire_us"] for r in rows]),
+    })
+    return res
+
+
+def add_saturation_ratios(sat: dict, eng: dict, ref_ms: dict, kp_if_final: dict) -> None:
+    """Saturation against the engine: the engine's images/s at the batch
+    mix kp-if really used (batch 1's before the run when no answers were
+    captured), at its best batch, and kp-if's own cost fit at the end."""
+    if "batch_mix_requests" in sat:
+        mix = sat["batch_mix_requests"]
+        engine_s = sum(k / n * ref_ms[n] / 1000 for n, k in mix.items())
+        sat["engine_images_per_s_same_mix"] = sum(mix.values()) / engine_s
+        # The share of the phase the engine alone would need for those batches.
+        sat["engine_busy_fraction"] = engine_s / sum(mix.values()) * sat["ok_per_s"]
+    else:
+        sat["engine_images_per_s_same_mix"] = eng[1]["before"]["images_per_s_median"]
+    sat["ratio_e2e_to_engine"] = sat["ok_per_s"] / sat["engine_images_per_s_same_mix"]
+    sat["ratio_e2e_to_engine_best"] = sat["ok_per_s"] / max(1000 * n / ms for n, ms in ref_ms.items())
+    fit = kp_if_final.get("batching") or {}
+    sat["if_fit_ms"] = {n: round((fit.get("a_ns", 0) + fit.get("b_ns", 0) * n) / 1e6, 3) for n in (1, 2, 4, 8)}
+
+
+# --- analysis: memory -----------------------------------------------------------
+
+def memory_rows(mem: list[dict]) -> list[list]:
+    """memory.csv, header first: every snapshot of memory.jsonl."""
+    rows = [["proc", "label"] + MEMORY_KEYS + ["smaps_hugetlb_kB", "hugepages_free"]]
+    for m in mem:
+        rows.append([m["proc"], m["label"]] + [m["status"].get(k) for k in MEMORY_KEYS]
+                    + [m["hugetlb_kB"], m["hugepages_free"]])
+    return rows
+
+
+def memory_growth(kp: dict) -> dict:
+    """kp-if's growth from rest to after the long run, kB."""
+    growth = {k: kp["after-long"]["status"][k] - kp["rest"]["status"][k] for k in kp["rest"]["status"]}
+    growth["smaps_hugetlb_kB"] = kp["after-long"]["hugetlb_kB"] - kp["rest"]["hugetlb_kB"]
+    return growth
+
+
+def hugepage_groups(maps: dict) -> dict:
+    """hugetlbfs files by name, a trailing number as N: (count, kB)."""
+    g = {}
+    for p, v in maps.items():
+        key = os.path.basename(p).rstrip("0123456789") + ("N" if p[-1:].isdigit() else "")
+        n, kb = g.get(key, (0, 0))
+        g[key] = (n + 1, kb + v["shared_kB"] + v["private_kB"])
+    return g
+
+
+# --- analysis: markdown -----------------------------------------------------------
+
+def ms(us: Optional[float]) -> str:
+    return "-" if us is None else f"{us / 1000:.2f}"
+
+
+def p50_p99(d: Optional[dict]) -> str:
+    return "-" if not d else f"{ms(d['p50'])} / {ms(d['p99'])}"
+
+
+def engine_table(meta: dict, eng: dict) -> list[str]:
+    return [f"### {meta['model']}: engine alone vs end to end\n",
+            f"{meta['cpu']}, {meta['nproc']} CPUs, git {meta['git']}; load average at start {' '.join(meta['loadavg_at_start'])}; "
+            f"if-manager on CPU {meta['cpus']['if_manager']}, kp-if on CPU {meta['cpus']['kp_if']} ({meta['threads']} intra-op thread, "
+            f"max batch {meta['max_batch']}, SLO {meta['slo_ms']} ms), kp-client + tcpdump on CPU {meta['cpus']['client']}.\n",
+            "| batch | engine median ms (before / after) | p99 ms | images/s (batch / median) |", "|---|---|---|---|"] + [
+            f"| {n} | {b['latency_ms']['median']:.2f} / {a['latency_ms']['median']:.2f} | {b['latency_ms']['p99']:.2f} / "
+            f"{a['latency_ms']['p99']:.2f} | {b['images_per_s_median']:.1f} / {a['images_per_s_median']:.1f} |"
+            for n, b, a in ((n, eng[n]["before"], eng[n]["after"]) for n in sorted(eng))]
+
+
+def saturation_table(meta: dict, sat: dict) -> list[str]:
+    c = sat["cpu"]
+    return ["", "| saturation (closed loop) | value |", "|---|---|",
+            f"| concurrency, duration | {meta['concurrency']}, {meta['duration_s']} s |",
+            f"| end to end, OK answers/s | **{sat['ok_per_s']:.1f}** |",
+            f"| batch sizes used (requests per size) | {sat.get('batch_mix_requests', '-')} (mean {sat.get('mean_batch', 0):.2f}) |",
+            f"| engine alone at that batch mix, images/s | {sat['engine_images_per_s_same_mix']:.1f} |",
+            f"| **ratio end to end / engine** (same batch mix) | **{sat['ratio_e2e_to_engine']:.3f}** |",
+            f"| ratio end to end / engine's best batch | {sat['ratio_e2e_to_engine_best']:.3f} |",
+            f"| engine time those batches need, share of the run | {sat.get('engine_busy_fraction', 0):.3f} |",
+            f"| kp-if's own cost fit a + b·n at the end, ms (n = 1, 2, 4, 8) | {list(sat['if_fit_ms'].values())} |",
+            f"| statuses | {sat['statuses']} |",
+            f"| CPU0 / CPU1 busy % (user, sys, softirq) | {c['cpu0']['busy']} ({c['cpu0']['user']}, {c['cpu0']['system']}, "
+            f"{c['cpu0']['softirq']}) / {c['cpu1']['busy']} ({c['cpu1']['user']}, {c['cpu1']['system']}, {c['cpu1']['softirq']}) |",
+            f"| kp-if threads, % of a CPU | {c['kp_if_threads_pct']} |",
+            f"| if-manager / kp-client / tcpdump / everything else, % of a CPU | {sum(c['if_manager_threads_pct'].values()):.1f}"
+            f" / {c['kp_client_pct']} / {c['tcpdump_pct']} / {c['others_pct']} |"]
+
+
+LATENCY_ROWS = [
+    ("offered / OK answers per s", lambda p: f"{p['client']['rate'] or 0:.1f} / {p['ok_per_s']:.1f}"
+     if p["client"]["rate"] else f"closed / {p['ok_per_s']:.1f}"),
+    ("client RTT p50 / p99 ms", lambda p: p50_p99(p["client"]["rtt_us"])),
+    ("platform latency (answers' latency_us) p50 / p99 ms", lambda p: p50_p99(p["client"]["platform_latency_us"])),
+    ("inference (engine median at the request's batch size) p50 / p99 ms", lambda p: p50_p99(p.get("inference_us"))),
+    ("**platform overhead = latency_us − inference** p50 / p99 ms", lambda p: f"**{p50_p99(p.get('overhead_us'))}**"),
+    ("share of requests that found the engine busy", lambda p: f"{p.get('found_engine_busy_fraction', 0):.2f}"),
+    ("overhead of those that found it idle p50 / p99 ms", lambda p: p50_p99(p.get("overhead_engine_idle_us"))),
+    ("fragments arriving (first to last at the platform's interface) p50 / p99 ms",
+     lambda p: p50_p99(p.get("frag_span_us"))),
+    ("overhead after the last fragment, engine idle at arrival, p50 / p99 ms",
+     lambda p: p50_p99(p.get("overhead_after_last_fragment_engine_idle_us"))),
+    ("outside the IF (wire RTT − latency_us) p50 / p99 ms", lambda p: p50_p99(p.get("outside_if_us"))),
+    ("batch sizes (requests per size)", lambda p: str(p.get("batch_mix_requests", "-"))),
+    ("statuses / unanswered", lambda p: f"{p['statuses']} / {p['unanswered']}"),
+    ("CPU0 / CPU1 busy %", lambda p: f"{p['cpu']['cpu0']['busy']} / {p['cpu']['cpu1']['busy']}"),
+    ("kp-if threads, % of a CPU", lambda p: str(p["cpu"]["kp_if_threads_pct"])),
+    ("if-manager / kp-client / everything else, % of a CPU",
+     lambda p: f"{sum(p['cpu']['if_manager_threads_pct'].values()):.1f} / {p['cpu']['kp_client_pct']} / {p['cpu']['others_pct']}"),
+    ("load average at the end", lambda p: " ".join(p["cpu"]["loadavg_end"])),
+]
+
+
+def latency_table(meta: dict, phases: dict) -> list[str]:
+    """1 outstanding, half load and the long run side by side."""
+    P = [phases["single"], phases["half"], phases["long"]]
+    return ["", f"| latency | 1 outstanding ({meta['duration_s']} s) | {meta['load_fraction']:.0%} load ({meta['duration_s']} s) "
+            f"| {meta['load_fraction']:.0%} load ({meta['long_duration_s']} s) |", "|---|---|---|---|"] + [
+            f"| {name} | " + " | ".join(fn(p) for p in P) + " |" for name, fn in LATENCY_ROWS]
+
+
+def memory_table(kp: dict, ifm: dict, growth: dict, hp: dict, pool: dict) -> list[str]:
+    """kp-if's memory at each snapshot, and where its hugepages went."""
+    L = ["", "| kp-if memory, MiB | at rest | after saturation | after half load | after long run | growth (long − rest) |",
+         "|---|---|---|---|---|---|"]
+    for k in MEMORY_KEYS:
+        L.append(f"| {k[:-3]} | " + " | ".join(f"{kp[l]['status'][k] / 1024:.1f}" for l in MEMORY_LABELS)
+                 + f" | {growth[k] / 1024:+.1f} |")
+    L.append("| hugetlb mapped (smaps Shared+Private_Hugetlb) | "
+             + " | ".join(f"{kp[l]['hugetlb_kB'] / 1024:.1f}" for l in MEMORY_LABELS)
+             + f" | {growth['smaps_hugetlb_kB'] / 1024:+.1f} |")
+    L.append("| free 2 MiB hugepages on the machine | " + " | ".join(str(kp[l]["hugepages_free"]) for l in MEMORY_LABELS)
+             + " | |")
+    r = ifm.get("rest")
+    L += ["", f"Hugepages: {hp['before']} free before the platform, {hp['if_manager_up']} with the if-manager up, "
+          f"{hp['kp_if_up']} with kp-if up: kp-if added {2 * (hp['if_manager_up'] - hp['kp_if_up'])} MiB (its input pool "
+          f"reserves {pool.get('hugepage_bytes', 0) / 2**20:.1f} MiB: {pool.get('slots')} slots of "
+          f"{pool.get('slot_bytes', 0) / 2**10:.0f} KiB). kp-if maps at rest: "
+          + ", ".join(f"{n} x {g} ({kb / 1024:.0f} MiB)" for g, (n, kb) in hugepage_groups(kp["rest"]["hugetlb_maps"]).items())
+          + (f"; the if-manager at rest: RSS {r['status']['VmRSS_kB'] / 1024:.1f} MiB, hugetlb {r['hugetlb_kB'] / 1024:.0f} MiB."
+             if r else ".")]
+    return L
+
+
+# --- analysis: the results folder ---------------------------------------------------
+
+def read_json(path: str):
+    with open(path) as f:
+        return json.load(f)
+
+
+def read_json_lines(path: str) -> list:
+    with open(path) as f:
+        return [json.loads(l) for l in f if l.strip()]
+
+
+def captured_payloads(path: str) -> Iterator[tuple[int, bytes]]:
+    """udp_payloads of a capture; none when tcpdump did not run."""
+    if not os.path.exists(path):
+        return iter(())
+    with open(path, "rb") as f:
+        return udp_payloads(f.read())
+
+
+def write_csv(path: str, rows: list[list]) -> None:
+    with open(path, "w", newline="") as f:
+        csv.writer(f).writerows(rows)
+
+
+def captured_answers(out: str, phase: str) -> list[dict]:
+    """PHASE's OK answers from its captures; every answer to answers-PHASE.csv."""
+    rows = answer_rows(captured_payloads(f"{out}/answers-{phase}.pcap"),
+                       fragment_spans(captured_payloads(f"{out}/frags-{phase}.pcap")))
+    ok = mark_engine_busy(rows)
+    with open(f"{out}/answers-{phase}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=ANSWER_COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    return ok
+
+
+def tcpdump_seconds(out: str, phase: str) -> float:
+    """Both tcpdumps' CPU time in PHASE; 0 without tcpdump."""
+    try:
+        return int(host.read(f"{out}/tcpdump-{phase}.ns")) / 1e9
+    except (OSError, ValueError):
+        return 0.0
+
+
+def analyse(out: str) -> str:
+    """Everything the phases wrote in OUT -> engine.csv, answers-*.csv,
+    memory.csv, summary.json and summary.md; returns the markdown."""
+    meta = read_json(f"{out}/meta.json")
+    hz = os.sysconf("SC_CLK_TCK")
+    eng = engine_runs(read_json_lines(f"{out}/engine-before.jsonl"), read_json_lines(f"{out}/engine-after.jsonl"))
+    ref_ms = reference_ms(eng)
+    write_csv(f"{out}/engine.csv", engine_rows(eng))
+
+    mach = {m["label"]: m for m in read_json_lines(f"{out}/machine.jsonl")}
+    phases = {}
+    for p in PHASES:
+        client = read_json(f"{out}/client-{p}.json")
+        ok = captured_answers(out, p)
+        cpu = cpu_use(mach[f"{p}-start"], mach[f"{p}-end"], hz, read_json(f"{out}/client-{p}.rusage.json"),
+                      tcpdump_seconds(out, p))
+        phases[p] = phase_stats(client, ok, ref_ms, cpu)
+    sat = phases["sat"]
+    final = read_json(f"{out}/kp-if.json")
+    add_saturation_ratios(sat, eng, ref_ms, final)
+
+    mem = read_json_lines(f"{out}/memory.jsonl")
+    kp = {m["label"]: m for m in mem if m["proc"] == "kp-if"}
+    ifm = {m["label"]: m for m in mem if m["proc"] == "if-manager"}
+    write_csv(f"{out}/memory.csv", memory_rows(mem))
+    hp = read_json(f"{out}/hugepages.json")["hugepages_free"]
+    growth = memory_growth(kp)
+
+    summary = {"meta": meta, "engine": {str(n): v for n, v in sorted(eng.items())}, "engine_ref_ms": ref_ms,
+               "phases": phases,
+               "memory": {"kp_if": kp, "if_manager": ifm, "hugepages_free": hp, "kp_if_growth_kB": growth,
+                          "input_pool": final.get("pool")},
+               "kp_if_final": final, "if_manager_final": read_json(f"{out}/if-manager.json")}
+    with open(f"{out}/summary.json", "w") as f:
+        json.dump(summary, f, indent=1, default=str)
+
+    L = (engine_table(meta, eng) + saturation_table(meta, sat) + latency_table(meta, phases)
+         + memory_table(kp, ifm, growth, hp, final.get("pool") or {}))
+    md = "\n".join(L) + "\n"
+    with open(f"{out}/summary.md", "w") as f:
+        f.write(md)
+    return md
+
+
+# --- command line ---------------------------------------------------------------------
+
+def number(s: str):
+    """An int where the script's setting is one, else a float (as the
+    values were written into meta.json before)."""
+    try:
+        return int(s)
+    except ValueError:
+        return float(s)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("meta", help="the run's settings and machine -> FILE")
+    m.add_argument("file")
+    m.add_argument("--repo", required=True)
+    m.add_argument("--model", required=True)
+    for name in ("if-id", "max-batch", "concurrency", "threads", "if-manager-cpu", "kp-if-cpu", "client-cpu", "tcpdump"):
+        m.add_argument(f"--{name}", type=int, required=True)
+    for name in ("duration-s", "long-duration-s", "warmup-s", "engine-seconds", "slo-ms", "load-fraction"):
+        m.add_argument(f"--{name}", type=number, required=True)
+    m.add_argument("--busy-poll", required=True, help="1: both DPDK processes ran with --busy-poll")
+    s = sub.add_parser("machine", help="a machine.jsonl line")
+    s.add_argument("label")
+    s.add_argument("ifm_pid", type=int)
+    s.add_argument("kpif_pid", type=int)
+    s = sub.add_parser("memory", help="a memory.jsonl line")
+    s.add_argument("label")
+    s.add_argument("pid", type=int)
+    s.add_argument("proc")
+    s = sub.add_parser("client", help="run kp-client, keep its report, log and CPU time")
+    s.add_argument("base")
+    s.add_argument("cmd", nargs=argparse.REMAINDER)
+    s = sub.add_parser("ok-rate", help="a kp-client report's OK answers per second")
+    s.add_argument("report")
+    s = sub.add_parser("offered-rate", help="OK_RATE x FRACTION, 0.1 resolution; fails below 0.5")
+    s.add_argument("ok_rate", type=float)
+    s.add_argument("fraction", type=float)
+    s = sub.add_parser("analyse", help="OUT's results -> CSVs, summary.json, summary.md")
+    s.add_argument("out")
+    return ap
+
+
+def main() -> int:
+    a = parser().parse_args()
+    if a.command == "meta":
+        with open(a.file, "w") as f:
+            json.dump(meta(a), f, indent=1)
+    elif a.command == "machine":
+        print(json.dumps(machine_snapshot(a.label, a.ifm_pid, a.kpif_pid)))
+    elif a.command == "memory":
+        print(json.dumps(memory_snapshot(a.label, a.pid, a.proc)))
+    elif a.command == "client":
+        return run_client(a.base, a.cmd)
+    elif a.command == "ok-rate":
+        print(ok_rate(read_json(a.report)))
+    elif a.command == "offered-rate":
+        rate = offered_rate(a.ok_rate, a.fraction)
+        print(rate)
+        return 0 if rate >= 0.5 else 1
+    elif a.command == "analyse":
+        print(analyse(a.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Facts about the machine a benchmark ran on, for the meta.json of
+scripts/bench-if.sh and scripts/bench-orchestrator.sh: the CPU model, the
+load average and the commit measured. Parsers take the text of the /proc
+file, so that tests need no /proc.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+
+def cpu_model(cpuinfo: str) -> str:
+    """The first "model name" of /proc/cpuinfo; "" when there is none."""
+    cpu = [l.split(":", 1)[1].strip() for l in cpuinfo.splitlines(True) if l.startswith("model name")]
+    return cpu[0] if cpu else ""
+
+
+def load_average(loadavg: str) -> list[str]:
+    """The 1, 5 and 15 minute load averages of /proc/loadavg, as written."""
+    return loadavg.split()[:3]
+
+
+def git_head(repo: str) -> str:
+    """The short hash of REPO's HEAD; "" outside a git checkout."""
+    return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def read(path: str) -> str:
+    with open(path) as f:
+        return f.read()

@@ -1,0 +1,303 @@
+"""Unit tests of bench/bench_if.py, the Python of scripts/bench-if.sh: the
+/proc parsers, the pcap reader, batch and busy-engine detection, CPU
+shares, per-phase statistics and the summary's tables (run by `make test`).
+
+    .venv/bin/python -m unittest bench/test_bench_if.py
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_if  # noqa: E402
+import host  # noqa: E402
+
+MAGIC = 0x4B4E5054  # "KNPT"
+
+
+def answer(req, send_ts, status, batch, lat):
+    return struct.pack(">IBBHQQIHHI", MAGIC, 1, 2, 0, req, send_ts, status, 0, batch, lat) + bytes(12)
+
+
+def fragment(req, idx, cnt):
+    return struct.pack(">IBBHQIHH", MAGIC, 1, 1, 0, req, 150528, idx, cnt) + bytes(40)
+
+
+def frame(payload, ethertype=b"\x08\x00", ihl=5):
+    return (bytes(12) + ethertype + bytes([0x40 | ihl]) + bytes(ihl * 4 - 1) + bytes(8) + payload)[:96]
+
+
+def pcap(frames, nano=True, endian="<"):
+    """A pcap of (time ns, frame) as tcpdump -w writes it."""
+    magic = 0xA1B23C4D if nano else 0xA1B2C3D4
+    data = struct.pack(endian + "IHHiIII", magic, 2, 4, 0, 0, 96, 1)
+    for t, f in frames:
+        sec, ns = divmod(t, 10**9)
+        data += struct.pack(endian + "IIII", sec, ns if nano else ns // 1000, len(f), len(f)) + f
+    return data
+
+
+class ProcParsers(unittest.TestCase):
+    def test_cpu_counters_sum_the_busy_kinds_of_each_cpu(self):
+        stat = ("cpu  200 10 60 9000 30 5 15 2 0 0\n"
+                "cpu0 120 4 40 4000 10 5 10 1 0 0\n"
+                "intr 1234 0 9\nctxt 99\n")
+        self.assertEqual(bench_if.cpu_counters(stat), {
+            "cpu": {"busy": 290, "idle": 9030, "steal": 2, "user": 210, "system": 60, "softirq": 20},
+            "cpu0": {"busy": 179, "idle": 4010, "steal": 1, "user": 124, "system": 40, "softirq": 15}})
+
+    def test_task_record_takes_the_name_between_the_outer_parentheses(self):
+        t = bench_if.task_record("4205 (ort) worker) S 1 4202 4202 0\n", "Name:\tort) worker\nCpus_allowed_list:\t1\n",
+                                 "123456789 4567 89\n", 4205, 4202)
+        self.assertEqual(t, {"comm": "ort) worker", "ns": 123456789, "cpus": "1", "main": False})
+        main = bench_if.task_record("4202 (kp-if) S 1\n", "Cpus_allowed_list:\t0-1\n", "5 0 0\n", 4202, 4202)
+        self.assertTrue(main["main"])
+
+    def test_process_memory_keeps_the_memory_lines_and_threads(self):
+        status = ("Name:\tkp-if\nVmPeak:\t 9000000 kB\nVmSize:\t 8900000 kB\nVmHWM:\t  185000 kB\n"
+                  "VmRSS:\t  180000 kB\nRssAnon:\t 120000 kB\nHugetlbPages:\t  40960 kB\nThreads:\t5\n")
+        self.assertEqual(bench_if.process_memory(status), {
+            "VmSize_kB": 8900000, "VmHWM_kB": 185000, "VmRSS_kB": 180000, "RssAnon_kB": 120000,
+            "HugetlbPages_kB": 40960, "Threads": 5})
+
+    def test_hugetlb_maps_sum_per_file_and_keep_only_hugepage_mappings(self):
+        smaps = ("55d0c0000000-55d0c1000000 r-xp 00000000 08:01 12 /opt/kp/kp-if\n"
+                 "Size:  16384 kB\nShared_Hugetlb:  0 kB\nPrivate_Hugetlb:  0 kB\n"
+                 "7f1000000000-7f1000400000 rw-s 00000000 00:2f 1001 /dev/hugepages/kp-77map_0\n"
+                 "Shared_Hugetlb:  4096 kB\nPrivate_Hugetlb:  0 kB\n"
+                 "7f1000400000-7f1000600000 rw-s 00200000 00:2f 1001 /dev/hugepages/kp-77map_0\n"
+                 "Shared_Hugetlb:  2048 kB\nPrivate_Hugetlb:  0 kB\n"
+                 "7f1000a00000-7f1000c00000 rw-s 00000000 00:2f 1004 /dev/hugepages/kp_pool_12\n"
+                 "Shared_Hugetlb:  0 kB\nPrivate_Hugetlb:  0 kB\n"
+                 "7f2000000000-7f2000800000 rw-p 00000000 00:00 0\n"
+                 "Shared_Hugetlb:  0 kB\nPrivate_Hugetlb:  8192 kB\nVmFlags: rd wr mr mw me ac ht\n")
+        self.assertEqual(bench_if.hugetlb_maps(smaps), {
+            "/dev/hugepages/kp-77map_0": {"shared_kB": 6144, "private_kB": 0},
+            "/dev/hugepages/kp_pool_12": {"shared_kB": 0, "private_kB": 0},
+            "[anon]": {"shared_kB": 0, "private_kB": 8192}})
+
+    def test_hugepage_counts(self):
+        meminfo = "MemTotal: 8131212 kB\nHugePages_Total:    1024\nHugePages_Free:      900\nHugepagesize: 2048 kB\n"
+        self.assertEqual(bench_if.hugepage_counts(meminfo), {"HugePages_Total": 1024, "HugePages_Free": 900})
+
+    def test_host_facts(self):
+        self.assertEqual(host.cpu_model("processor\t: 0\nmodel name\t: Xeon @ 2.20GHz\nmodel name\t: other\n"),
+                         "Xeon @ 2.20GHz")
+        self.assertEqual(host.cpu_model("processor\t: 0\n"), "")
+        self.assertEqual(host.load_average("1.50 1.02 0.87 3/412 9000\n"), ["1.50", "1.02", "0.87"])
+
+
+class Captures(unittest.TestCase):
+    T = 1_763_900_000 * 10**9
+
+    def test_udp_payloads_keep_kneepoint_ipv4_frames_with_their_time(self):
+        frames = [(self.T + 5, frame(answer(1, 0, 0, 1, 4000))),
+                  (self.T + 6, frame(answer(2, 0, 0, 1, 4000), ethertype=b"\x86\xdd")),  # IPv6
+                  (self.T + 7, frame(b"XXXX" + bytes(40))),                               # not kneepoint
+                  (self.T + 8, frame(answer(3, 0, 0, 1, 4000), ihl=6)),                   # IP options
+                  (self.T + 9, frame(bytes(10)))]                                          # too short
+        got = list(bench_if.udp_payloads(pcap(frames)))
+        self.assertEqual([t for t, _ in got], [self.T + 5, self.T + 8])
+        self.assertEqual([struct.unpack(">Q", p[8:16])[0] for _, p in got], [1, 3])
+
+    def test_microsecond_and_big_endian_captures(self):
+        f = [(self.T + 1_234_567, frame(fragment(9, 0, 147)))]
+        self.assertEqual([t for t, _ in bench_if.udp_payloads(pcap(f, nano=False))], [self.T + 1_234_000])
+        self.assertEqual([t for t, _ in bench_if.udp_payloads(pcap(f, endian=">"))], [self.T + 1_234_567])
+
+    def test_fragment_spans_need_both_ends_in_order(self):
+        frags = [(1_000_000, fragment(1, 0, 147)), (1_250_500, fragment(1, 146, 147)),
+                 (2_000_000, fragment(2, 0, 147)),                                       # last not captured
+                 (3_000_000, fragment(3, 146, 147)), (3_500_000, fragment(3, 0, 147)),   # out of order
+                 (4_000_000, fragment(4, 0, 1))]                                         # one fragment
+        self.assertEqual(bench_if.fragment_spans(iter(frags)), {1: 250.5, 4: 0.0})
+
+    def test_answers_sorted_by_time_and_the_engine_found_busy_after_a_batch(self):
+        ms = 1_000_000
+        answers = [  # (capture ns, payload), as captured: not quite in order
+            (10 * ms + 20_000, answer(2, 10 * ms - 5_150_000, 0, 2, 5000)),
+            (10 * ms, answer(1, 10 * ms - 5_100_000, 0, 2, 5000)),
+            (11 * ms, answer(9, 0, 3, 0, 10)),                            # overloaded: no batch
+            (13 * ms, answer(3, 13 * ms - 4_080_000, 0, 1, 4000)),        # arrived at 9 ms: busy 1 ms
+            (30 * ms, answer(4, 30 * ms - 4_060_000, 0, 1, 4000)),        # arrived at 26 ms: idle
+            (30 * ms + 10, answer(5, 0, 0, 1, 0)[:30]),                   # short: skipped
+        ]
+        rows = bench_if.answer_rows(iter(answers), {1: 120.5})
+        self.assertEqual([r["request_id"] for r in rows], [1, 2, 9, 3, 4])
+        self.assertEqual(rows[0], {"request_id": 1, "status": 0, "batch_size": 2, "latency_us": 5000,
+                                   "rtt_wire_us": 5100.0, "t_ns": 10 * ms, "frag_span_us": 120.5})
+        ok = bench_if.mark_engine_busy(rows)
+        self.assertEqual([r["request_id"] for r in ok], [1, 2, 3, 4])
+        self.assertEqual([r["engine_busy_at_arrival_us"] for r in ok], [None, None, 1000.0, 0])
+        self.assertNotIn("engine_busy_at_arrival_us", rows[2])
+
+    def test_a_full_batch_ends_it_even_within_the_window(self):
+        ms = 1_000_000
+        answers = [(10 * ms, answer(1, 0, 0, 1, 4000)), (10 * ms + 30_000, answer(2, 0, 0, 1, 4000))]
+        ok = bench_if.mark_engine_busy(bench_if.answer_rows(iter(answers), {}))
+        # Request 2 arrived at 6.03 ms, before batch 1's answer left at 10 ms.
+        self.assertEqual([r["engine_busy_at_arrival_us"] for r in ok], [None, 3970.0])
+
+    def test_answers_more_than_2_ms_apart_are_different_batches(self):
+        ms = 1_000_000
+        answers = [(10 * ms, answer(1, 0, 0, 2, 4000)), (15 * ms, answer(2, 0, 0, 2, 4000))]
+        ok = bench_if.mark_engine_busy(bench_if.answer_rows(iter(answers), {}))
+        # Request 2 arrived at 11 ms, after batch 1's answers left: idle.
+        self.assertEqual([r["engine_busy_at_arrival_us"] for r in ok], [None, 0])
+
+
+def eng_line(batch, median, p99, ips):
+    return {"batch": batch, "iterations": 100, "latency_ms": {"median": median, "p90": median, "p99": p99},
+            "images_per_s_median": ips, "images_per_s_total": ips - 1}
+
+
+class Engine(unittest.TestCase):
+    def test_reference_is_the_mean_of_both_runs_medians(self):
+        eng = bench_if.engine_runs([eng_line(1, 4.0, 4.5, 250.0), eng_line(2, 7.0, 8.0, 285.7)],
+                                   [eng_line(2, 7.5, 8.2, 266.7), eng_line(1, 4.2, 4.6, 238.1)])
+        self.assertEqual(bench_if.reference_ms(eng), {1: 4.1, 2: 7.25})
+        self.assertEqual(bench_if.engine_rows(eng), [
+            ["run", "batch", "iterations", "median_ms", "p90_ms", "p99_ms", "images_per_s_median", "images_per_s_total"],
+            ["after", 1, 100, 4.2, 4.2, 4.6, 238.1, 237.1], ["before", 1, 100, 4.0, 4.0, 4.5, 250.0, 249.0],
+            ["after", 2, 100, 7.5, 7.5, 8.2, 266.7, 265.7], ["before", 2, 100, 7.0, 7.0, 8.0, 285.7, 284.7]])
+        self.assertEqual(bench_if.engine_table({"model": "m", "cpu": "X", "nproc": 2, "git": "abc", "loadavg_at_start":
+                                                ["1", "2", "3"], "cpus": {"if_manager": 0, "kp_if": 1, "client": 0},
+                                                "threads": 1, "max_batch": 8, "slo_ms": 2000}, eng)[-2:],
+                         ["| 1 | 4.00 / 4.20 | 4.50 / 4.60 | 250.0 / 238.1 |",
+                          "| 2 | 7.00 / 7.50 | 8.00 / 8.20 | 285.7 / 266.7 |"])
+
+
+def snapshot(t, busy0, busy1, kp_if=None, ifm=None):
+    cpu = lambda busy: {"busy": busy, "user": busy // 2, "system": busy // 4, "softirq": busy // 10, "steal": 0}
+    return {"t": t, "loadavg": ["1.0", "0.5", "0.2"], "cpus": {"cpu0": cpu(busy0), "cpu1": cpu(busy1)},
+            "kp_if": kp_if, "if_manager": ifm}
+
+
+class CpuUse(unittest.TestCase):
+    def test_shares_of_a_cpu_and_what_is_left_to_others(self):
+        a = snapshot(100.0, 1000, 2000, kp_if={"10": {"comm": "kp-if", "ns": 0, "main": True},
+                                               "11": {"comm": "eal-intr-thread", "ns": 0, "main": False}})
+        b = snapshot(110.0, 1500, 2800,
+                     kp_if={"10": {"comm": "kp-if", "ns": 2 * 10**9, "main": True},
+                            "11": {"comm": "eal-intr-thread", "ns": 5 * 10**6, "main": False},   # < 0.1%: left out
+                            "12": {"comm": "kp-infer", "ns": 7 * 10**9, "main": False}},          # new thread
+                     ifm={"20": {"comm": "if-manager", "ns": 10**9, "main": True}})              # ifm not at start
+        res = bench_if.cpu_use(a, b, 100, {"user_s": 0.5, "sys_s": 0.25}, 0.25)
+        self.assertEqual(res, {
+            "seconds": 10.0, "loadavg_end": ["1.0", "0.5", "0.2"],
+            "cpu0": {"busy": 50.0, "user": 25.0, "system": 12.5, "softirq": 5.0, "steal": 0.0},
+            "cpu1": {"busy": 80.0, "user": 40.0, "system": 20.0, "softirq": 8.0, "steal": 0.0},
+            "kp_if_threads_pct": {"kp-if main": 20.0, "kp-infer 12": 70.0},
+            "if_manager_threads_pct": {"if-manager main": 10.0},
+            "kp_client_pct": 7.5, "tcpdump_pct": 2.5,
+            # busy 13 s - (10.005 + 0.75 + 0.25) s ours
+            "others_pct": 20.0})
+
+
+def row(req, batch, lat, t, busy, span=None):
+    return {"request_id": req, "status": 0, "batch_size": batch, "latency_us": lat, "rtt_wire_us": lat + 60.0,
+            "t_ns": t, "frag_span_us": span, "engine_busy_at_arrival_us": busy}
+
+
+CLIENT = {"status": {"ok": 40, "overloaded": 2, "internal": 0}, "answer_span_s": 10.0, "unanswered": 1,
+          "rate": None, "rtt_us": {"p50": 9120, "p99": 17330}, "platform_latency_us": {"p50": 6040, "p99": 11480}}
+
+
+class Phases(unittest.TestCase):
+    def test_overhead_is_latency_minus_the_engine_at_that_batch_size(self):
+        ok = [row(1, 1, 5000, 1, None, 100.0), row(2, 2, 9000, 2, 0.0, 300.0), row(3, 2, 9500, 3, 0.0),
+              row(4, 2, 8500, 4, 250.0, 200.0), row(5, 16, 20000, 5, 0.0)]   # 16: not measured, left out
+        res = bench_if.phase_stats(CLIENT, ok, {1: 4.0, 2: 7.5}, {"cpu": "x"})
+        self.assertEqual(res["ok_per_s"], 4.0)
+        self.assertEqual(res["statuses"], {"ok": 40, "overloaded": 2})
+        self.assertEqual(res["answers_captured"], 4)
+        self.assertEqual(res["batch_mix_requests"], {1: 1, 2: 3})
+        self.assertEqual(res["mean_batch"], 1.75)
+        self.assertEqual(res["overhead_us"], {"p50": 1000.0, "p90": 2000.0, "p99": 2000.0, "n": 4})
+        self.assertEqual(res["overhead_engine_idle_us"], {"p50": 1500.0, "p90": 2000.0, "p99": 2000.0, "n": 2})
+        self.assertEqual(res["found_engine_busy_fraction"], 0.25)
+        self.assertEqual(res["frag_span_us"], {"p50": 200.0, "p90": 300.0, "p99": 300.0, "n": 3})
+        self.assertEqual(res["overhead_after_last_fragment_us"], {"p50": 900.0, "p90": 1200.0, "p99": 1200.0, "n": 3})
+        self.assertEqual(res["overhead_after_last_fragment_engine_idle_us"], {"p50": 1200.0, "p90": 1200.0,
+                                                                               "p99": 1200.0, "n": 1})
+        self.assertEqual(res["outside_if_us"]["p50"], 60.0)
+
+    def test_a_phase_without_captures_has_the_client_only(self):
+        res = bench_if.phase_stats(dict(CLIENT, answer_span_s=0), [], {1: 4.0}, {})
+        self.assertEqual(sorted(res), ["client", "cpu", "ok_per_s", "statuses", "unanswered"])
+        self.assertEqual(res["ok_per_s"], 0.0)
+
+    def test_saturation_against_the_engine_at_the_same_batch_mix(self):
+        sat = {"ok_per_s": 200.0, "batch_mix_requests": {2: 40, 4: 80}}
+        ref = {1: 4.0, 2: 8.0, 4: 12.5}
+        bench_if.add_saturation_ratios(sat, {}, ref, {"batching": {"a_ns": 3e6, "b_ns": 1.25e6}})
+        # 20 batches of 2 (0.16 s) + 20 of 4 (0.25 s) = 120 images in 0.41 s.
+        self.assertAlmostEqual(sat["engine_images_per_s_same_mix"], 120 / 0.41)
+        self.assertAlmostEqual(sat["engine_busy_fraction"], 0.41 / 120 * 200)
+        self.assertAlmostEqual(sat["ratio_e2e_to_engine_best"], 200 / 320)
+        self.assertEqual(sat["if_fit_ms"], {1: 4.25, 2: 5.5, 4: 8.0, 8: 13.0})
+
+    def test_saturation_without_captures_uses_batch_one(self):
+        sat = {"ok_per_s": 100.0}
+        eng = {1: {"before": {"images_per_s_median": 250.0}}}
+        bench_if.add_saturation_ratios(sat, eng, {1: 4.0}, {})
+        self.assertEqual(sat["ratio_e2e_to_engine"], 0.4)
+        self.assertNotIn("engine_busy_fraction", sat)
+        self.assertEqual(sat["if_fit_ms"], {1: 0.0, 2: 0.0, 4: 0.0, 8: 0.0})
+
+    def test_latency_table_rows(self):
+        cpu = {"cpu0": {"busy": 50.0}, "cpu1": {"busy": 99.5}, "kp_if_threads_pct": {}, "if_manager_threads_pct":
+               {"a": 1.25, "b": 2.5}, "kp_client_pct": 7.5, "others_pct": 0.0, "loadavg_end": ["1.0", "0.5", "0.2"]}
+        closed = {"client": CLIENT, "ok_per_s": 4.0, "statuses": {"ok": 40}, "unanswered": 1, "cpu": cpu,
+                  "overhead_us": {"p50": 1000.0, "p99": 2345.0}}
+        opened = dict(closed, client=dict(CLIENT, rate=81.3))
+        L = bench_if.latency_table({"duration_s": 20, "long_duration_s": 120, "load_fraction": 0.5},
+                                   {"single": closed, "half": opened, "long": opened})
+        self.assertEqual(L[1], "| latency | 1 outstanding (20 s) | 50% load (20 s) | 50% load (120 s) |")
+        self.assertEqual(L[3], "| offered / OK answers per s | closed / 4.0 | 81.3 / 4.0 | 81.3 / 4.0 |")
+        self.assertIn("| **platform overhead = latency_us − inference** p50 / p99 ms | **1.00 / 2.35** |", L[7])
+        self.assertEqual(L[6], "| inference (engine median at the request's batch size) p50 / p99 ms | - | - | - |")
+        self.assertEqual(L[-2], "| if-manager / kp-client / everything else, % of a CPU | 3.8 / 7.5 / 0.0 | 3.8 / 7.5 / 0.0 "
+                                "| 3.8 / 7.5 / 0.0 |")
+
+
+class Memory(unittest.TestCase):
+    def test_growth_and_hugepage_groups(self):
+        st = lambda rss: {k: rss for k in bench_if.MEMORY_KEYS}
+        kp = {"rest": {"status": st(1000), "hugetlb_kB": 18432},
+              "after-long": {"status": st(1512), "hugetlb_kB": 20480}}
+        growth = bench_if.memory_growth(kp)
+        self.assertEqual(growth["VmRSS_kB"], 512)
+        self.assertEqual(growth["smaps_hugetlb_kB"], 2048)
+        maps = {"/dev/hugepages/kp-77map_0": {"shared_kB": 4096, "private_kB": 0},
+                "/dev/hugepages/kp-77map_1": {"shared_kB": 4096, "private_kB": 0},
+                "/dev/hugepages/kp-77config": {"shared_kB": 2048, "private_kB": 0},
+                "[anon]": {"shared_kB": 0, "private_kB": 8192}}
+        self.assertEqual(bench_if.hugepage_groups(maps), {"kp-77map_N": (2, 8192), "kp-77config": (1, 2048),
+                                                          "[anon]": (1, 8192)})
+
+    def test_memory_rows_follow_the_snapshots(self):
+        m = {"proc": "kp-if", "label": "rest", "status": {"VmRSS_kB": 10, "VmHWM_kB": 12}, "hugetlb_kB": 4,
+             "hugepages_free": 900}
+        self.assertEqual(bench_if.memory_rows([m])[1], ["kp-if", "rest", 10, None, None, None, 12, None, 4, 900])
+
+
+class Rates(unittest.TestCase):
+    def test_ok_rate_and_offered_rate(self):
+        self.assertEqual(bench_if.ok_rate({"status": {"ok": 58}, "answer_span_s": 19.87}), 58 / 19.87)
+        self.assertEqual(bench_if.offered_rate(163.37, 0.5), 81.7)
+        self.assertEqual(bench_if.offered_rate(0.9, 0.5), 0.5)
+
+    def test_settings_keep_ints_as_ints(self):
+        self.assertEqual(repr(bench_if.number("20")), "20")
+        self.assertEqual(repr(bench_if.number("2.5")), "2.5")
+        with self.assertRaises(ValueError):
+            bench_if.number("twenty")
+
+
+if __name__ == "__main__":
+    unittest.main()
