@@ -66,11 +66,11 @@
 # Needs root, iproute2, jq, hugepages and `make build models`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-# The harness's shared Python (bench/stats.py: the one percentile).
-export KP_BENCH_DIR="$repo/bench"
 bin="$repo/target/${PROFILE:-release}"
 py="$repo/.venv/bin/python"
 [[ -x "$py" ]] || py=python3
+# The Python side: settings, the phases' results, the summary (tested).
+harness="$repo/bench/bench_orchestrator.py"
 phases=${PHASES:-switchover convergence}
 switchovers=${SWITCHOVERS:-100}
 settle=${SETTLE:-1}
@@ -267,24 +267,11 @@ start_loop() {
 
 meta() {
   local dir=$1 phase=$2
-  "$py" - "$dir/meta.json" "$phase" <<PY
-import json, os, platform, subprocess, sys, time
-cpu = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")]
-json.dump({"phase": sys.argv[2], "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-           "loadavg_at_start": open("/proc/loadavg").read().split()[:3],
-           "cpu_pressure_at_start": open("/proc/pressure/cpu").read().split("\n")[0] if os.path.exists("/proc/pressure/cpu") else None,
-           "nproc": os.cpu_count(), "cpu": cpu[0] if cpu else "", "kernel": platform.release(),
-           "git": subprocess.run(["git", "-C", "$repo", "rev-parse", "--short", "HEAD"],
-                                 capture_output=True, text=True).stdout.strip(),
-           "cpus": "$cpus", "if_manager_cpu": $ifm_cpu,
-           "switchovers": $switchovers, "settle_s": $settle, "frag_gap": "$frag_gap",
-           "concurrency": $concurrency, "chunk_s": $chunk,
-           "conv_duration_s": $conv_duration, "tuning_period_ms": $period_ms,
-           "hold_down_s": $hold_down, "min_step_pct": $min_step, "stable_k": $stable_k,
-           "if1": {"model": "squeezenet", "share": $share1, "slo_ms": $slo1, "rate": $rate1},
-           "if5": {"model": "shufflenet", "share": $share5, "slo_ms": $slo5, "rate": $rate5}},
-          open(sys.argv[1], "w"), indent=1)
-PY
+  "$py" "$harness" meta "$dir/meta.json" "$phase" --repo "$repo" --cpus "$cpus" --if-manager-cpu "$ifm_cpu" \
+    --switchovers "$switchovers" --settle-s "$settle" --frag-gap "$frag_gap" --concurrency "$concurrency" \
+    --chunk-s "$chunk" --conv-duration-s "$conv_duration" --tuning-period-ms "$period_ms" \
+    --hold-down-s "$hold_down" --min-step-pct "$min_step" --stable-k "$stable_k" \
+    --if1 "$share1" "$slo1" "$rate1" --if5 "$share5" "$slo5" "$rate5"
 }
 
 # ---------------------------------------------------------------------------
@@ -352,75 +339,7 @@ phase_switchover() {
   kpctl status >"$cur/status-end.json"
   stop_platform "$cur"
   echo "$(loadavg)" >"$cur/loadavg.end"
-  "$py" - "$cur" <<'PY'
-import csv, glob, json, math, os, sys
-cur = sys.argv[1]
-summary = json.loads(open(f"{cur}/summary.json").read().strip().splitlines()[-1])
-meta = json.load(open(f"{cur}/meta.json"))
-sys.path.insert(0, os.environ["KP_BENCH_DIR"])
-from stats import percentile as pct  # the one percentile: nearest rank
-res = {"date": meta["date"], "cpus": meta["cpus"], "loadavg_at_start": meta["loadavg_at_start"],
-       "cpu_pressure_at_start": meta["cpu_pressure_at_start"],
-       "loadavg_at_end": open(f"{cur}/loadavg.end").read().split(), "ifs": {}}
-for i in summary["ifs"]:
-    g = i["switchover_gaps_us"]
-    res["ifs"][str(i["if_id"])] = {
-        "switchovers": i["switchovers"], "failovers": i["failovers"],
-        "gap_us": {"n": len(g), "p50": pct(g, .5), "p90": pct(g, .9), "p99": pct(g, .99),
-                   "min": min(g) if g else None, "max": max(g) if g else None,
-                   "mean": sum(g) / len(g) if g else None}}
-    with open(f"{cur}/gaps-if{i['if_id']}.csv", "w") as f:
-        f.write("n,gap_us\n")
-        for n, v in enumerate(g, 1):
-            f.write(f"{n},{v}\n")
-rows = list(csv.DictReader(open(f"{cur}/switchovers.csv")))
-c2a = [float(r["cmd_to_active_ms"]) for r in rows]
-res["cmd_to_active_ms"] = {"p50": pct(c2a, .5), "p90": pct(c2a, .9), "max": max(c2a)}
-clients = {}
-for name in ("if1", "if5"):
-    tot = {"pieces": 0, "failed_pieces": 0, "sent": 0, "answered": 0, "unanswered": 0,
-           "duplicates": 0, "late": 0, "unexpected": 0, "malformed": 0, "status": {}}
-    for line in open(f"{cur}/client-{name}.jsonl"):
-        r = json.loads(line)
-        if "failed" in r:
-            tot["failed_pieces"] += 1
-            continue
-        tot["pieces"] += 1
-        for k in ("sent", "answered", "unanswered", "duplicates", "late", "unexpected", "malformed"):
-            tot[k] += r[k]
-        for k, v in r["status"].items():
-            tot["status"][k] = tot["status"].get(k, 0) + v
-    not_ok = sum(v for k, v in tot["status"].items() if k != "ok")
-    tot["errors"] = not_ok + tot["unanswered"] + tot["duplicates"]
-    clients[name] = tot
-res["clients"] = clients
-res["errors_total"] = sum(c["errors"] for c in clients.values())
-# kp-if reports (through the wrapper): how each process took the ring and
-# what it handed back.
-procs = []
-for f in sorted(glob.glob(f"{cur}/kp-if/*.json")):
-    t = open(f).read().strip().splitlines()
-    if not t:
-        continue
-    try:
-        r = json.loads(t[-1])
-    except json.JSONDecodeError:
-        continue
-    s = r.get("succession", {})
-    procs.append({"pid": int(os.path.basename(f)[:-5]), "if_id": r.get("if_id"), **s})
-handed = [p for p in procs if p.get("taken") == "handed" and p["if_id"] == 1]
-res["kp_if"] = {
-    "processes": len(procs), "reports_if1_handed": len(handed),
-    "handovers_with_requests_in_flight": sum(1 for p in handed if p.get("handed_in_flight", 0) > 0),
-    "handed_in_flight_total": sum(p.get("handed_in_flight", 0) for p in handed),
-    "fragments_forwarded_total": sum(p.get("forwarded", 0) for p in handed),
-    "forward_lost_total": sum(p.get("forward_lost", 0) for p in handed),
-    "yielded_if1": sum(1 for p in procs if p["if_id"] == 1 and p.get("yielded")),
-}
-json.dump(procs, open(f"{cur}/kp-if-succession.json", "w"), indent=1)
-json.dump(res, open(f"{cur}/result.json", "w"), indent=1)
-print(json.dumps(res, indent=1))
-PY
+  "$py" "$harness" switchover "$cur"
 }
 
 # ---------------------------------------------------------------------------
@@ -478,103 +397,7 @@ phase_convergence() {
   echo "$(loadavg)" >"$cur/loadavg.end"
   cp "$runtime/decisions.jsonl" "$cur/decisions.jsonl"
   grep -h 'on cores' "$runtime"/logs/if-*.log >"$cur/kp-if-cores.txt" || true
-  "$py" - "$cur" <<'PY'
-import json, re, sys
-cur = sys.argv[1]
-meta = json.load(open(f"{cur}/meta.json"))
-launched = float(open(f"{cur}/orchestrator.launched").read())
-t_load = float(open(f"{cur}/load.started").read()) - launched   # on the daemon's clock, s
-t_stop = float(open(f"{cur}/load.stopped").read()) - launched
-hold, period, k = meta["hold_down_s"], meta["tuning_period_ms"] / 1e3, meta["stable_k"]
-window = max(k * hold, k * period)
-decisions, allocations = [], []
-for line in open(f"{cur}/decisions.jsonl"):
-    d = json.loads(line)
-    (allocations if "allocation" in d else decisions).append(d)
-traj = {}
-for d in decisions:
-    o = d["inputs"]["observation"]
-    traj.setdefault(d["if_id"], []).append({
-        "t_s": d["at_ns"] / 1e9 - t_load, "share_pct": o["share_pct"], "demand_from": d["from_pct"],
-        "demand_to": d["to_pct"], "reason": d["reason"], "held": d["held"],
-        "latency_ms": o["latency_ms"], "slo_ms": o["slo_ms"], "throughput_rps": o["throughput_rps"],
-        "arrival_rps": o["arrival_rps"], "estimate_pct": d["inputs"]["estimate_pct"]})
-with open(f"{cur}/trajectory.csv", "w") as f:
-    cols = ["t_s", "share_pct", "demand_from", "demand_to", "reason", "held", "latency_ms",
-            "slo_ms", "throughput_rps", "arrival_rps", "estimate_pct"]
-    f.write("if_id," + ",".join(cols) + "\n")
-    for i, rows in sorted(traj.items()):
-        for r in rows:
-            f.write(f"{i}," + ",".join("" if r[c] is None else (f"{r[c]:.3f}" if isinstance(r[c], float) else str(r[c])) for c in cols) + "\n")
-# Share changes: the tune() that makes one logs the old share; the next line
-# of that IF (after its switchover, none while switching) shows the new one.
-changes, all_changes = {}, []
-for i, rows in traj.items():
-    ch = []
-    for a, b in zip(rows, rows[1:]):
-        if abs(b["share_pct"] - a["share_pct"]) > 1e-9:
-            ch.append({"if_id": i, "decided_s": a["t_s"], "applied_by_s": b["t_s"],
-                       "from": a["share_pct"], "to": b["share_pct"]})
-    changes[i] = ch
-    all_changes += ch
-all_changes.sort(key=lambda c: c["decided_s"])
-demand_changes = sum(1 for d in decisions if d["to_pct"] != d["from_pct"])
-end_s = max(d["at_ns"] for d in decisions) / 1e9 - t_load
-load_end_s = t_stop - t_load
-in_load = [c for c in all_changes if -1 <= c["decided_s"] <= load_end_s]
-before_load = [c for c in all_changes if c["decided_s"] < -1]
-last = in_load[-1] if in_load else None
-quiet = load_end_s - (last["decided_s"] if last else 0.0)
-reasons = {}
-for i, rows in traj.items():
-    c = {}
-    for r in rows:
-        if 0 <= r["t_s"] <= load_end_s:
-            key = r["reason"] + ("/" + r["held"] if r["held"] else "")
-            c[key] = c.get(key, 0) + 1
-    reasons[i] = dict(sorted(c.items()))
-reversals = {}
-for i, ch in changes.items():
-    dirs = [1 if c["to"] > c["from"] else -1 for c in ch]
-    reversals[i] = sum(1 for a, b in zip(dirs, dirs[1:]) if a != b)
-re_prov = [l.strip() for l in open(f"{cur}/orchestrator.log") if "re-provisioning" in l]
-switched = [l.strip() for l in open(f"{cur}/orchestrator.log") if "switched to" in l]
-final = {}
-for i, rows in traj.items():
-    tail = [r for r in rows if r["t_s"] <= load_end_s][-5:]
-    final[i] = {"share_pct": tail[-1]["share_pct"], "demand_pct": tail[-1]["demand_to"],
-                "reasons_last5": [r["reason"] for r in tail], "held_last5": [r["held"] for r in tail],
-                "latency_ms_last5": [round(r["latency_ms"], 1) for r in tail],
-                "throughput_rps_last5": [round(r["throughput_rps"], 1) for r in tail],
-                "arrival_rps_last5": [round(r["arrival_rps"], 1) for r in tail]}
-clients = {}
-for n in ("if1", "if5"):
-    try:
-        r = json.load(open(f"{cur}/client-{n}.json"))
-        clients[n] = {k: r[k] for k in ("sent", "answered", "unanswered", "throughput", "status")}
-        clients[n]["rtt_ms_p50"] = r["rtt_us"]["p50"] / 1e3
-        clients[n]["rtt_ms_p99"] = r["rtt_us"]["p99"] / 1e3
-    except (OSError, ValueError, KeyError):
-        clients[n] = None
-res = {"phase": meta["phase"], "date": meta["date"], "cpus": meta["cpus"], "loadavg_at_start": meta["loadavg_at_start"],
-       "cpu_pressure_at_start": meta["cpu_pressure_at_start"],
-       "loadavg_at_end": open(f"{cur}/loadavg.end").read().split(),
-       "scenario": {k: meta[k] for k in ("if1", "if5", "tuning_period_ms", "hold_down_s", "min_step_pct", "stable_k")},
-       "stable_window_s": window, "load_s": load_end_s,
-       "converged": bool(quiet >= window),
-       "convergence_decided_s": last["decided_s"] if last else 0.0,
-       "convergence_applied_s": last["applied_by_s"] if last else 0.0,
-       "quiet_after_last_change_s": quiet,
-       "share_changes": all_changes, "share_changes_before_load": len(before_load),
-       "demand_changes": demand_changes, "direction_reversals": reversals,
-       "reasons_under_load": reasons,
-       "reprovisions_logged": len(re_prov), "switchovers_logged": len(switched),
-       "final": final, "clients": clients,
-       "kp_if_cores": sorted(set(re.sub(r".*(if \d+ on \S+).*threads on cores (\[[^\]]*\]).*", r"\1 \2", l.strip())
-                                 for l in open(f"{cur}/kp-if-cores.txt")))}
-json.dump(res, open(f"{cur}/result.json", "w"), indent=1)
-print(json.dumps(res, indent=1))
-PY
+  "$py" "$harness" convergence "$cur"
 }
 
 for p in $phases; do
@@ -586,47 +409,4 @@ for p in $phases; do
 done
 
 # A markdown summary of whatever phases have results.
-"$py" - "$out" <<'PY' | tee "$out/summary.md"
-import json, os, sys
-out = sys.argv[1]
-s = f"{out}/switchover/result.json"
-if os.path.exists(s):
-    r = json.load(open(s))
-    g = r["ifs"]["1"]["gap_us"]
-    print(f"## Switchover gaps ({r['date']}, CPUs {r['cpus']}, load average {' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n")
-    print("| switchovers | gap p50 | p90 | p99 | max | min | errors (if 1 + if 5) |")
-    print("|---|---|---|---|---|---|---|")
-    print(f"| {g['n']} | {g['p50']:.1f} µs | {g['p90']:.1f} µs | {g['p99']:.1f} µs | {g['max']:.1f} µs | {g['min']:.1f} µs | {r['errors_total']} |\n")
-    for n, c in r["clients"].items():
-        print(f"- {n}: {c['sent']} sent, {c['answered']} answered, {c['unanswered']} unanswered, "
-              f"{c['duplicates']} duplicates, status {c['status']}, {c['failed_pieces']} failed pieces")
-    k = r["kp_if"]
-    print(f"- handovers with requests in flight: {k['handovers_with_requests_in_flight']} of {k['reports_if1_handed']}; "
-          f"{k['handed_in_flight_total']} requests handed back, {k['fragments_forwarded_total']} fragments forwarded, "
-          f"{k['forward_lost_total']} lost in forwarding")
-    c = r["cmd_to_active_ms"]
-    print(f"- command to active (new process started, model loaded, switched): p50 {c['p50']:.0f} ms, p90 {c['p90']:.0f} ms, max {c['max']:.0f} ms\n")
-import glob
-for s in sorted(glob.glob(f"{out}/convergence-*/result.json")):
-    r = json.load(open(s))
-    sc = r["scenario"]
-    print(f"## Self-tuning convergence, {r['phase'].split()[-1]} ({r['date']}, CPUs {r['cpus']}, load average {' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n")
-    print(f"if 1 squeezenet from {sc['if1']['share']}% (SLO {sc['if1']['slo_ms']} ms, {sc['if1']['rate']} req/s), "
-          f"if 5 shufflenet from {sc['if5']['share']}% (SLO {sc['if5']['slo_ms']} ms, {sc['if5']['rate']} req/s); "
-          f"period {sc['tuning_period_ms']} ms, hold-down {sc['hold_down_s']} s, min step {sc['min_step_pct']}; "
-          f"stable = no change for {r['stable_window_s']:.0f} s\n")
-    print(f"- converged: {r['converged']}; last share change decided at {r['convergence_decided_s']:.1f} s, "
-          f"applied by {r['convergence_applied_s']:.1f} s after the load started; quiet for {r['quiet_after_last_change_s']:.0f} s of {r['load_s']:.0f} s")
-    print(f"- share changes: {len(r['share_changes'])}, direction reversals {r['direction_reversals']}")
-    print(f"- decisions under load by reason(/held): {r['reasons_under_load']}")
-    for c in r["share_changes"]:
-        print(f"  - t={c['decided_s']:6.1f} s if {c['if_id']}: {c['from']:.1f}% -> {c['to']:.1f}%")
-    for i, f in r["final"].items():
-        print(f"- if {i} final: share {f['share_pct']:.1f}%, demand {f['demand_pct']:.1f}%, reasons {f['reasons_last5']}, "
-              f"held {f['held_last5']}, latency {f['latency_ms_last5']} ms")
-    for n, c in r["clients"].items():
-        if c:
-            print(f"- {n} client: {c['sent']} sent, status {c['status']}, {c['unanswered']} unanswered, "
-                  f"RTT p50 {c['rtt_ms_p50']:.1f} ms p99 {c['rtt_ms_p99']:.1f} ms")
-    print(f"- cores: {r['kp_if_cores']}")
-PY
+"$py" "$harness" summary "$out" | tee "$out/summary.md"

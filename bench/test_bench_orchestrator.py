@@ -1,0 +1,188 @@
+"""Unit tests of bench/bench_orchestrator.py, the Python of
+scripts/bench-orchestrator.sh: switchover gaps, client totals, kp-if
+succession reports, the tuner's trajectory and convergence, and the
+summary's markdown (run by `make test`).
+
+    .venv/bin/python -m unittest bench/test_bench_orchestrator.py
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_orchestrator as bo  # noqa: E402
+
+
+class Switchover(unittest.TestCase):
+    def test_gap_distribution_is_nearest_rank(self):
+        self.assertEqual(bo.gap_stats([120.5, 80.0, 300.25, 95.0]), {
+            "n": 4, "p50": 95.0, "p90": 300.25, "p99": 300.25, "min": 80.0, "max": 300.25, "mean": 148.9375})
+        self.assertEqual(bo.gap_stats([]), {"n": 0, "p50": None, "p90": None, "p99": None, "min": None,
+                                            "max": None, "mean": None})
+
+    def test_gaps_csv_numbers_the_switchovers(self):
+        self.assertEqual(bo.gaps_csv([112.8, 86]), "n,gap_us\n1,112.8\n2,86\n")
+
+    def test_command_to_active_from_the_csv_rows(self):
+        rows = [{"n": "1", "cmd_to_active_ms": "930.0"}, {"n": "2", "cmd_to_active_ms": "1013.1"},
+                {"n": "3", "cmd_to_active_ms": "700.5"}]
+        self.assertEqual(bo.command_to_active(rows), {"p50": 930.0, "p90": 1013.1, "max": 1013.1})
+
+    def test_client_totals_count_every_error_of_every_piece(self):
+        piece = lambda sent, ok, over, un, dup: {"sent": sent, "answered": ok + over, "unanswered": un, "duplicates": dup,
+                                                 "late": 0, "unexpected": 0, "malformed": 0,
+                                                 "status": {"ok": ok, "overloaded": over}}
+        tot = bo.client_totals([piece(400, 398, 1, 1, 0), {"failed": 143}, piece(410, 410, 0, 0, 1)])
+        self.assertEqual(tot, {"pieces": 2, "failed_pieces": 1, "sent": 810, "answered": 809, "unanswered": 1,
+                               "duplicates": 1, "late": 0, "unexpected": 0, "malformed": 0,
+                               "status": {"ok": 808, "overloaded": 1}, "errors": 3})
+
+    def test_succession_is_the_last_line_of_a_kp_if_output(self):
+        report = "kp-if: starting\n" + json.dumps({"if_id": 1, "succession": {"taken": "handed", "forwarded": 73}}) + "\n"
+        self.assertEqual(bo.succession(6002, report), {"pid": 6002, "if_id": 1, "taken": "handed", "forwarded": 73})
+        self.assertEqual(bo.succession(6006, '{"if_id": 5}'), {"pid": 6006, "if_id": 5})
+        self.assertIsNone(bo.succession(6007, ""))
+        self.assertIsNone(bo.succession(6008, "{not json\n"))
+
+    def test_handovers_count_only_if_1_processes_handed_the_ring(self):
+        procs = [{"pid": 1, "if_id": 1, "taken": "fresh", "yielded": True},
+                 {"pid": 2, "if_id": 1, "taken": "handed", "handed_in_flight": 1, "forwarded": 73, "forward_lost": 0,
+                  "yielded": True},
+                 {"pid": 3, "if_id": 1, "taken": "handed", "handed_in_flight": 0, "forwarded": 0},
+                 {"pid": 4, "if_id": 5, "taken": "handed", "handed_in_flight": 4, "forwarded": 9},
+                 {"pid": 5, "if_id": 1, "taken": "handed", "handed_in_flight": 2, "forwarded": 140, "forward_lost": 3}]
+        self.assertEqual(bo.handovers(procs), {
+            "processes": 5, "reports_if1_handed": 3, "handovers_with_requests_in_flight": 2,
+            "handed_in_flight_total": 3, "fragments_forwarded_total": 213, "forward_lost_total": 3, "yielded_if1": 2})
+
+
+def decision(if_id, t_s, share, to=None, reason="band", held=None, estimate=None):
+    obs = {"share_pct": share, "latency_ms": 4.56, "slo_ms": 100.0, "throughput_rps": 40.04, "arrival_rps": 39.96}
+    return {"if_id": if_id, "at_ns": int(t_s * 1e9), "from_pct": share, "to_pct": share if to is None else to,
+            "reason": reason, "held": held, "inputs": {"observation": obs, "estimate_pct": estimate}}
+
+
+META = {"hold_down_s": 10, "tuning_period_ms": 1000, "stable_k": 4}
+
+
+class Convergence(unittest.TestCase):
+    # Load from t = 10 s to 100 s on the daemon's clock: if 1 goes 90 -> 70
+    # before the load (not counted in the quiet time), 70 -> 50 at 20 s and
+    # back up 50 -> 60 at 40 s (a change is dated by the decision that logs
+    # the old share, applied by the next); if 5 never changes.
+    DECISIONS = [decision(1, 5.0, 90.0, 70.0, "under_used", estimate=69.5), decision(5, 5.5, 10.0),
+                 decision(1, 6.0, 70.0), decision(1, 30.0, 70.0, 50.0, "under_used"),
+                 decision(1, 31.0, 50.0, held="hold_down"), decision(1, 50.0, 50.0, 60.0, "over_slo"),
+                 decision(1, 51.0, 60.0), decision(5, 60.0, 10.0, reason="idle"), decision(1, 120.0, 60.0)]
+
+    def test_trajectory_csv(self):
+        traj = bo.trajectory(self.DECISIONS[:2], 10.0)
+        self.assertEqual(bo.trajectory_csv(traj), (
+            "if_id,t_s,share_pct,demand_from,demand_to,reason,held,latency_ms,slo_ms,throughput_rps,arrival_rps,estimate_pct\n"
+            "1,-5.000,90.000,90.000,70.000,under_used,,4.560,100.000,40.040,39.960,69.500\n"
+            "5,-4.500,10.000,10.000,10.000,band,,4.560,100.000,40.040,39.960,\n"))
+
+    def test_share_changes_reversals_and_reasons(self):
+        traj = bo.trajectory(self.DECISIONS, 10.0)
+        changes = bo.share_changes(traj)
+        self.assertEqual(changes[5], [])
+        self.assertEqual([(c["decided_s"], c["applied_by_s"], c["from"], c["to"]) for c in changes[1]],
+                         [(-5.0, -4.0, 90.0, 70.0), (20.0, 21.0, 70.0, 50.0), (40.0, 41.0, 50.0, 60.0)])
+        self.assertEqual(bo.direction_reversals(changes), {1: 1, 5: 0})
+        self.assertEqual(bo.reasons_under_load(traj, 90.0), {1: {"band": 1, "band/hold_down": 1, "over_slo": 1,
+                                                                 "under_used": 1}, 5: {"idle": 1}})
+
+    def test_convergence_counts_from_the_last_change_under_load(self):
+        traj = bo.trajectory(self.DECISIONS, 10.0)
+        log = ["orchestrator: re-provisioning if 1 (share): starting kp-if\n",
+               "orchestrator: if 1 switched to pid 7001 (handed); gap 123.4 µs\n", "orchestrator: re-reading cores\n",
+               "orchestrator: shutdown\n"]
+        c = bo.convergence(META, self.DECISIONS, traj, 90.0, log)
+        self.assertEqual(c["stable_window_s"], 40)
+        self.assertEqual((c["convergence_decided_s"], c["convergence_applied_s"], c["quiet_after_last_change_s"]),
+                         (40.0, 41.0, 50.0))
+        self.assertTrue(c["converged"])
+        self.assertEqual(c["share_changes_before_load"], 1)
+        self.assertEqual(c["demand_changes"], 3)
+        self.assertEqual((c["reprovisions_logged"], c["switchovers_logged"]), (1, 1))
+        self.assertEqual(c["final"][1]["share_pct"], 60.0)
+        self.assertEqual(c["final"][1]["reasons_last5"], ["band", "under_used", "band", "over_slo", "band"])
+        self.assertEqual(c["final"][5]["held_last5"], [None, None])
+        # A window (70 s) longer than the quiet time (50 s): not converged.
+        self.assertFalse(bo.convergence(dict(META, stable_k=7), self.DECISIONS, traj, 90.0, log)["converged"])
+
+    def test_no_share_change_counts_as_converged_from_the_start(self):
+        d = [decision(1, 11.0, 50.0), decision(1, 12.0, 50.0)]
+        c = bo.convergence(META, d, bo.trajectory(d, 10.0), 45.0, [])
+        self.assertEqual((c["converged"], c["convergence_decided_s"], c["quiet_after_last_change_s"]), (True, 0.0, 45.0))
+
+    def test_a_change_decided_within_a_second_before_the_load_counts(self):
+        d = [decision(1, 9.5, 50.0, 60.0), decision(1, 10.5, 60.0), decision(1, 12.0, 60.0)]
+        c = bo.convergence(META, d, bo.trajectory(d, 10.0), 45.0, [])
+        self.assertEqual((c["convergence_decided_s"], c["quiet_after_last_change_s"]), (-0.5, 45.5))
+        self.assertEqual(c["share_changes_before_load"], 0)
+
+    def test_client_summary_and_kp_if_cores(self):
+        report = {"sent": 6000, "answered": 5999, "unanswered": 1, "throughput": 39.9, "status": {"ok": 5990},
+                  "rtt_us": {"p50": 9120, "p99": 17330}, "duplicates": 0}
+        self.assertEqual(bo.client_summary(report), {"sent": 6000, "answered": 5999, "unanswered": 1, "throughput": 39.9,
+                                                     "status": {"ok": 5990}, "rtt_ms_p50": 9.12, "rtt_ms_p99": 17.33})
+        line = ("kp-if: ready: squeezenet as if 1 on kp_if_1 (onnxruntime, 1 threads on cores [1], slo 100ms, "
+                "capacity 64, max batch 8)\n")
+        self.assertEqual(bo.kp_if_cores([line, line.replace("[1]", "[0, 1]"), line]),
+                         ["if 1 on kp_if_1 [0, 1]", "if 1 on kp_if_1 [1]"])
+
+
+class Markdown(unittest.TestCase):
+    FACTS = {"date": "2026-11-24 10:00:00 UTC", "cpus": "0-1", "loadavg_at_start": ["1.70", "1.02", "0.87"],
+             "loadavg_at_end": ["2.31", "1.95", "1.40"]}
+
+    def test_switchover_section(self):
+        r = dict(self.FACTS, ifs={"1": {"gap_us": {"n": 24, "p50": 240.71, "p90": 386.05, "p99": 1520.25,
+                                                   "max": 1520.25, "min": 30.5}}},
+                 errors_total=4, clients={"if1": {"sent": 810, "answered": 809, "unanswered": 1, "duplicates": 1,
+                                                  "status": {"ok": 808}, "failed_pieces": 1}},
+                 kp_if={"handovers_with_requests_in_flight": 2, "reports_if1_handed": 3, "handed_in_flight_total": 3,
+                        "fragments_forwarded_total": 213, "forward_lost_total": 3},
+                 cmd_to_active_ms={"p50": 1144.4, "p90": 1706.6, "max": 1896.0})
+        self.assertEqual(bo.switchover_markdown(r), [
+            "## Switchover gaps (2026-11-24 10:00:00 UTC, CPUs 0-1, load average 1.70 1.02 0.87 -> 2.31 1.95 1.40)\n",
+            "| switchovers | gap p50 | p90 | p99 | max | min | errors (if 1 + if 5) |",
+            "|---|---|---|---|---|---|---|",
+            "| 24 | 240.7 µs | 386.1 µs | 1520.2 µs | 1520.2 µs | 30.5 µs | 4 |\n",
+            "- if1: 810 sent, 809 answered, 1 unanswered, 1 duplicates, status {'ok': 808}, 1 failed pieces",
+            "- handovers with requests in flight: 2 of 3; 3 requests handed back, 213 fragments forwarded, "
+            "3 lost in forwarding",
+            "- command to active (new process started, model loaded, switched): p50 1144 ms, p90 1707 ms, max 1896 ms\n"])
+
+    def test_convergence_section(self):
+        r = dict(self.FACTS, phase="convergence too-small",
+                 scenario={"if1": {"share": 10, "slo_ms": 5, "rate": 120}, "if5": {"share": 90, "slo_ms": 100, "rate": 30},
+                           "tuning_period_ms": 1000, "hold_down_s": 10, "min_step_pct": 5},
+                 stable_window_s=40, converged=True, convergence_decided_s=21.04, convergence_applied_s=41.0,
+                 quiet_after_last_change_s=68.96, load_s=150.0, direction_reversals={"1": 1},
+                 share_changes=[{"decided_s": 21.04, "if_id": 1, "from": 50.0, "to": 60.0}],
+                 reasons_under_load={"1": {"band": 2}},
+                 final={"1": {"share_pct": 60.0, "demand_pct": 60.0, "reasons_last5": ["band"], "held_last5": [None],
+                              "latency_ms_last5": [4.6]}},
+                 clients={"if1": {"sent": 6000, "status": {"ok": 5990}, "unanswered": 1, "rtt_ms_p50": 9.12,
+                                  "rtt_ms_p99": 17.33}, "if5": None},
+                 kp_if_cores=["if 1 on kp_if_1 [1]"])
+        L = bo.convergence_markdown(r)
+        self.assertEqual(L[0], "## Self-tuning convergence, too-small (2026-11-24 10:00:00 UTC, CPUs 0-1, "
+                               "load average 1.70 1.02 0.87 -> 2.31 1.95 1.40)\n")
+        self.assertEqual(L[2], "- converged: True; last share change decided at 21.0 s, applied by 41.0 s after the "
+                               "load started; quiet for 69 s of 150 s")
+        self.assertEqual(L[5:], [
+            "  - t=  21.0 s if 1: 50.0% -> 60.0%",
+            "- if 1 final: share 60.0%, demand 60.0%, reasons ['band'], held [None], latency [4.6] ms",
+            "- if1 client: 6000 sent, status {'ok': 5990}, 1 unanswered, RTT p50 9.1 ms p99 17.3 ms",
+            "- cores: ['if 1 on kp_if_1 [1]']"])
+
+
+if __name__ == "__main__":
+    unittest.main()
