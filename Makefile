@@ -33,13 +33,14 @@ test-models: setup
 # undocumented_unsafe_blocks hold) first, then the unit and property tests
 # of every crate, then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
-# polling DPDK processes and the machine has 2 cores. Last, the side-by-side
-# benchmark's report rules and a smoke run of its harness at tiny loads
+# polling DPDK processes and the machine has 2 cores. Last, every bench/
+# test_*.py (the benchmark scripts' analysis, the side-by-side benchmark's
+# report rules) and a smoke run of its harness at tiny loads
 # (kneepoint and a stand-in HTTP server; ~30 s), so that it cannot rot.
 test: lint build models test-models
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
-	$(PYTHON) -m unittest bench/test_report.py bench/test_smoke.py bench/test_stats.py
+	$(PYTHON) -m unittest discover -s bench -p 'test_*.py'
 	$(PYTHON) bench/bench.py --smoke --out target/bench/smoke
 
 # The whole platform, live, in under two minutes: the orchestrator starts the
