@@ -76,7 +76,7 @@ pub enum ClaimError {
     #[error("fd {0} is a standard stream, not a descriptor passed to this process")]
     StandardStream(RawFd),
     /// Nothing is open at that number: the parent did not pass it.
-    #[error("fd {fd} is not open ({source}): the parent did not pass it")]
+    #[error("fd {fd} is not open: the parent did not pass it")]
     NotOpen {
         /// The number.
         fd: RawFd,
