@@ -110,14 +110,18 @@ impl Proc {
             let (flag, tail, name) = (flag.clone(), tail.clone(), name.clone());
             std::thread::spawn(move || {
                 for line in BufReader::new(reader).lines() {
-                    let said = line
-                        .map_err(|e| format!("reading its readiness pipe: {e}"))
-                        .and_then(|l| {
-                            Readiness::parse(&l)
-                                .and_then(|r| r.expect(role, if_id))
-                                .map_err(|e| e.to_string())
-                        });
-                    match said {
+                    let line = match line {
+                        Ok(line) => line,
+                        Err(e) => {
+                            // Not text, or the pipe failed: nothing more
+                            // from it can be trusted.
+                            let e = format!("reading its readiness pipe: {e}");
+                            tracing::error!("orchestrator: {name}: {e}");
+                            push_tail(&tail, format!("orchestrator: {e}"));
+                            break;
+                        }
+                    };
+                    match Readiness::parse(&line).and_then(|r| r.expect(role, if_id)) {
                         Ok(r) => {
                             // Ready before it is logged: whoever reads
                             // this line (a person, a test) may act on it.
