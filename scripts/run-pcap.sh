@@ -41,6 +41,17 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
 
+# The two idle windows are not bounds on how fast the machine is:
+# - the if-manager's (2 s) only delays its exit: it exits when idle *and*
+#   no IF is live (every IF has said goodbye), so nothing is left to serve;
+# - an IF's (1 s) counts only from its first fragment (before it, libml's
+#   NO_TRAFFIC_GRACE, 30 s), only while its ring is empty and nothing is in
+#   flight. net_pcap delivers the whole file at memory speed, faster than
+#   any model serves, so the rings hold the replay's backlog until it is
+#   over; an IF leaves early only if the if-manager stops delivering for
+#   1 s in mid-file *and* the IF has served its whole backlog meanwhile.
+#   Closing that last gap needs an end-of-input notice from the if-manager
+#   to the IFs, which the platform does not have yet.
 "$bin/if-manager" --await-ifs "${#models[@]}" --control "$ctl" --exit-when-idle 2 \
   --ring-size "${KP_RING_SIZE:-16384}" --stats-json "$work/if-manager.json" -- \
   --lcores 0@0 --file-prefix "$prefix" --no-pci --no-telemetry --log-level lib.eal:error \

@@ -5,12 +5,19 @@
 //! active of one IF is killed with SIGKILL and its shadow takes over. Every
 //! request sent gets exactly one answer — none lost, none duplicated — and
 //! the switchover gaps are reported.
+//!
+//! Nothing here depends on the machine's speed: the clients run until the
+//! scenario is over (they are stopped, not timed), each step waits for the
+//! condition it needs (traffic through both IFs, a shadow that said it is
+//! ready), and the deadlines only fail a test that hangs.
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
-use kneepoint_tests::{bin, bin_dir, dpdk_files_left, file_prefix, repo_root, NetnsPair, Scratch};
+use kneepoint_tests::{
+    bin, bin_dir, dpdk_files_left, file_prefix, repo_root, BackgroundClient, NetnsPair, Scratch,
+};
 use serde_json::Value;
 
 fn kpctl(endpoint: &str, args: &[&str]) -> Result<Value> {
@@ -36,8 +43,12 @@ fn row(status: &Value, if_id: u64) -> Result<Value> {
         .with_context(|| format!("if {if_id} not in status: {status}"))
 }
 
+/// How long a step may wait for its condition before the test is called
+/// hung: far beyond what a slow, loaded machine needs.
+const HUNG: Duration = Duration::from_secs(120);
+
 fn wait_for(endpoint: &str, what: &str, done: impl Fn(&Value) -> bool) -> Result<Value> {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + HUNG;
     loop {
         // A busy daemon may answer late: a timeout is retried, not fatal.
         let s = kpctl(endpoint, &["status"]).unwrap_or_else(|e| Value::String(e.to_string()));
@@ -51,31 +62,36 @@ fn wait_for(endpoint: &str, what: &str, done: impl Fn(&Value) -> bool) -> Result
     }
 }
 
-fn client(net: &NetnsPair, if_id: &str, seconds: &str) -> Result<Child> {
-    Command::new("ip")
-        .args(["netns", "exec", net.get("CLIENT_NS")])
+/// kp-client for `if_id`, closed loop, in the background until stopped.
+fn client(net: &NetnsPair, if_id: &str) -> Result<BackgroundClient> {
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", net.get("CLIENT_NS")])
         .arg(bin("kp-client"))
         .arg("--dst")
         .arg(format!("{}:9000", net.get("PLATFORM_IP")))
         .args(["--if-id", if_id, "--concurrency", "2", "--timeout", "5s"])
-        .args(["--input", "synthetic", "--duration", seconds, "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .context("starting kp-client")
+        .args(["--input", "synthetic", "--duration", "600s", "--json"]);
+    BackgroundClient::spawn(cmd)
 }
 
-fn client_report(child: Child) -> Result<Value> {
-    let out = child.wait_with_output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    ensure!(
-        out.status.success(),
-        "kp-client: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(serde_json::from_str(
-        text.lines().last().context("kp-client printed nothing")?,
-    )?)
+/// Whether `log` (the orchestrator's) has a line that says a shadow of
+/// `if_id` is ready, after the line that contains `after` (from the start
+/// without one), and other than the process `except` names.
+fn shadow_ready(log: &str, if_id: u16, after: Option<&str>, except: Option<&str>) -> bool {
+    let lines: Vec<&str> = log.lines().collect();
+    let from = match after {
+        Some(a) => match lines.iter().rposition(|l| l.contains(a)) {
+            Some(i) => i + 1,
+            None => return false,
+        },
+        None => 0,
+    };
+    lines[from..].iter().any(|l| {
+        l.contains(&format!("kp-if {if_id} #"))
+            && l.contains("(shadow,")
+            && l.contains("said it is ready (standby")
+            && except.is_none_or(|e| !l.contains(e))
+    })
 }
 
 /// A platform config on `net` serving `ifs` (if_id, model).
@@ -173,6 +189,24 @@ impl Orchestrator {
 
     fn child(&mut self) -> &mut Child {
         self.child.as_mut().expect("running")
+    }
+
+    /// What it wrote on stderr so far.
+    fn log(&self) -> String {
+        String::from_utf8_lossy(&self.log.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
+    }
+
+    /// Waits until its log satisfies `done`.
+    fn wait_log(&self, what: &str, done: impl Fn(&str) -> bool) -> Result<()> {
+        let deadline = Instant::now() + HUNG;
+        while !done(&self.log()) {
+            ensure!(
+                Instant::now() < deadline,
+                "{what} did not happen within {HUNG:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
     }
 
     /// Waits for it to exit (after `shutdown`) and returns its output. Its own
@@ -368,10 +402,17 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
                 .as_array()
                 .is_some_and(|a| a.len() == 2 && a.iter().all(|r| r["state"] == "active"))
         })?;
-        std::thread::sleep(Duration::from_secs(3)); // shadows load
-        let c1 = client(&net, "1", "16s")?;
-        let c5 = client(&net, "5", "16s")?;
-        std::thread::sleep(Duration::from_secs(2));
+        orch.wait_log("both IFs' shadows ready", |log| {
+            shadow_ready(log, 1, None, None) && shadow_ready(log, 5, None, None)
+        })?;
+        let c1 = client(&net, "1")?;
+        let c5 = client(&net, "5")?;
+        // Every switchover below happens under load.
+        wait_for(&endpoint, "traffic through both IFs", |s| {
+            [1, 5].iter().all(|&i| {
+                row(s, i).is_ok_and(|r| r["throughput_rps"].as_f64().is_some_and(|t| t > 0.0))
+            })
+        })?;
 
         // A live SLO change: a re-provision through the shadow.
         kpctl(&endpoint, &["slo", "1", "1500"])?;
@@ -395,9 +436,23 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
                 .all(|&i| row(s, i).is_ok_and(|r| r["switchovers"] == 2 && r["state"] == "active"))
         })?;
         ensure!(row(&s, 1)?["share_pct"] == 60.0 && row(&s, 5)?["slo_ms"] == 1800.0);
-        // Give the new shadows time to load (one after the other), then
-        // kill if 1's active.
-        std::thread::sleep(Duration::from_secs(4));
+        // Wait for if 1's new shadow: one that said it is ready after if 1
+        // switched to its new active, and is not that active. Then kill
+        // the active: the shadow must take over.
+        let log = orch.log();
+        let switched = log
+            .lines()
+            .rfind(|l| l.contains("orchestrator: if 1 switched to "))
+            .context("no switchover of if 1 in the log")?;
+        let to = switched
+            .split("switched to ")
+            .nth(1)
+            .and_then(|rest| rest.split(')').next())
+            .context("switched to whom?")?
+            .to_string();
+        orch.wait_log("if 1's new shadow ready", |log| {
+            shadow_ready(log, 1, Some(switched), Some(&to))
+        })?;
         let pid = row(&s, 1)?["pid"].as_u64().context("pid")?;
         Command::new("kill")
             .args(["-KILL", &pid.to_string()])
@@ -407,8 +462,8 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
                 r["pid"].as_u64().is_some_and(|p| p != pid) && r["state"] == "active"
             })
         })?;
-        let r1 = client_report(c1)?;
-        let r5 = client_report(c5)?;
+        let r1 = c1.stop()?;
+        let r5 = c5.stop()?;
         let status = kpctl(&endpoint, &["status"])?;
         kpctl(&endpoint, &["shutdown"])?;
         Ok((r1, r5, status))
@@ -452,6 +507,11 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         "no re-provision waited for another kp-if to start:\n{log}"
     );
     ensure!(summary["ifs"][0]["failovers"] == 1, "summary: {summary}");
+    ensure!(
+        log.lines()
+            .any(|l| l.contains("kp-if 1 #") && l.contains("(shadow,") && l.contains("took over")),
+        "if 1's shadow did not take over:\n{log}"
+    );
     ensure!(
         summary["if_manager"]["mempool"].is_object(),
         "summary: {summary}"

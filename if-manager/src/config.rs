@@ -74,6 +74,12 @@ pub struct Args {
     #[arg(long, value_name = "ENDPOINT")]
     pub control: Option<String>,
 
+    /// Say when it serves on this inherited descriptor: one JSON
+    /// `libml::messages::Readiness` line, as the orchestrator expects.
+    /// Without it only the "if-manager: ready" log line says so.
+    #[arg(long, value_name = "FD")]
+    pub notify_fd: Option<i32>,
+
     /// Do not poll RX until this many IFs have said `ready` on the control
     /// socket (so an offline replay does not start before its IFs can
     /// serve). Needs --control.

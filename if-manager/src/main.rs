@@ -2,12 +2,15 @@
 //!
 //! Start-up: EAL (arguments after `--`), the shared mbuf pool, port 0 with
 //! one RX and one TX queue, the shared TX ring, the IF rings named on the
-//! command line, the control socket. Then the poll loop runs on the main
+//! command line, the control socket. Then it says it is ready (the
+//! "if-manager: ready" log line; with `--notify-fd`, a
+//! `libml::messages::Readiness` line there too) and the poll loop runs on the main
 //! lcore until SIGINT/SIGTERM, a control `shutdown` or `--exit-when-idle`.
 //! At exit it prints the final counters as one JSON object on stdout, frees
 //! every mbuf still queued, and removes its hugepage files and runtime
 //! directory.
 
+use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::channel;
@@ -28,6 +31,7 @@ use if_manager::routes::RouteTable;
 use if_manager::shed::Shedder;
 use kp_wire::answered::AnsweredTable;
 use libml::backoff::IdleBackoff;
+use libml::messages::{Readiness, ReadyRole};
 
 /// Per-mbuf data room: DPDK's default (2048 bytes + headroom) holds any
 /// standard-MTU frame, so a fragment is always one segment.
@@ -47,6 +51,13 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    // Before EAL opens anything: a descriptor open at that number now is
+    // the one the parent passed.
+    let notify = args
+        .notify_fd
+        .map(kp_os::inherit::claim)
+        .transpose()
+        .context("--notify-fd")?;
     let mut eal_argv = vec!["if-manager".to_string()];
     eal_argv.extend(args.eal.iter().cloned());
     let eal = Eal::init(&eal_argv).context("DPDK EAL initialisation failed")?;
@@ -55,7 +66,7 @@ fn run(args: Args) -> Result<()> {
     }
     let socket = eal.socket_id();
 
-    let result = serve(&args, socket);
+    let result = serve(&args, socket, notify);
     // Whatever happened, give back hugepages and the runtime directory.
     if let Err(e) = eal.cleanup() {
         eprintln!("if-manager: cleanup: {e}");
@@ -72,7 +83,7 @@ fn run(args: Args) -> Result<()> {
 
 /// Everything between EAL init and cleanup; every DPDK object is dropped
 /// (in the right order: port, rings, pool) before it returns.
-fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
+fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result<Value> {
     let pool = Mempool::create_pktmbuf(
         names::MEMPOOL,
         args.mbufs,
@@ -170,6 +181,16 @@ fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
         args.port,
         args.ifs.iter().map(|(id, _)| id.0).collect::<Vec<_>>(),
     );
+    if let Some(fd) = notify {
+        let ready = Readiness {
+            pid: std::process::id(),
+            role: ReadyRole::Serving,
+            if_id: None,
+        };
+        if let Err(e) = ready.write_to(std::fs::File::from(fd)) {
+            eprintln!("if-manager: warning: cannot say it is ready on --notify-fd: {e}");
+        }
+    }
     let started = Instant::now();
     let reason = dp.run();
     let run_seconds = started.elapsed().as_secs_f64();

@@ -12,11 +12,17 @@
 //!   docs/CONTROL.md; its errors have the same shape, with its own codes.)
 //! - Telemetry (PUB/SUB, IF → orchestrator): [`IfMessage`], defined with
 //!   the statistics in [`crate::telemetry`] and re-exported here.
+//! - Readiness (a pipe, child → orchestrator, not ZeroMQ): [`Readiness`],
+//!   one JSON line the if-manager or a kp-if writes on the descriptor it
+//!   was given (`--notify-fd N`) once it serves, or, a shadow, once it is
+//!   parked and can take over. Like s6's readiness fd: the orchestrator
+//!   learns it from a typed message, not from the wording of a log line.
 //!
 //! A message that does not parse is an error the receiver reports and
 //! counts, never a default read in its place.
 
 use std::fmt;
+use std::io::Write;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -185,6 +191,101 @@ impl IfStatus {
     }
 }
 
+/// What a process the orchestrator starts says once, as one JSON line on
+/// its `--notify-fd` descriptor, when it is ready:
+/// `{"pid": 4242, "role": "serving", "if_id": 1}`. The if-manager's has no
+/// `if_id` (`null`). The human log line ("if-manager: ready", "kp-if:
+/// ready", "kp-if: standby") is still printed, for people and scripts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Readiness {
+    /// The process that is ready (the orchestrator's child, unless a
+    /// wrapper forked it).
+    pub pid: u32,
+    /// What it is ready for.
+    pub role: ReadyRole,
+    /// The IF it serves; `None` for the if-manager.
+    pub if_id: Option<u16>,
+}
+
+/// What a [`Readiness`] says the process is ready for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadyRole {
+    /// It serves: the if-manager polls its port, an active IF its ring.
+    Serving,
+    /// A shadow IF: model loaded, attached, parked until `activate`.
+    Standby,
+}
+
+impl fmt::Display for ReadyRole {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReadyRole::Serving => "serving",
+            ReadyRole::Standby => "standby",
+        })
+    }
+}
+
+/// A readiness line that is not the one expected: never read as ready.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReadinessError {
+    /// Not a [`Readiness`] at all.
+    #[error("a readiness line that does not parse ({reason}): {line:?}")]
+    Malformed {
+        /// The line, as received.
+        line: String,
+        /// What serde said.
+        reason: String,
+    },
+    /// A [`Readiness`], for another role or IF than the process was
+    /// started as.
+    #[error("ready as {got_role} of if {got_if:?}, started as {want_role} of if {want_if:?}")]
+    Unexpected {
+        /// The role it said.
+        got_role: ReadyRole,
+        /// The IF it said.
+        got_if: Option<u16>,
+        /// The role it was started for.
+        want_role: ReadyRole,
+        /// The IF it was started for.
+        want_if: Option<u16>,
+    },
+}
+
+impl Readiness {
+    /// One line of the pipe (its newline trimmed or not) as a readiness.
+    pub fn parse(line: &str) -> Result<Readiness, ReadinessError> {
+        serde_json::from_str(line.trim_end()).map_err(|e| ReadinessError::Malformed {
+            line: line.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Itself if it is for `role` and `if_id`, as the process was started.
+    pub fn expect(self, role: ReadyRole, if_id: Option<u16>) -> Result<Readiness, ReadinessError> {
+        if self.role == role && self.if_id == if_id {
+            Ok(self)
+        } else {
+            Err(ReadinessError::Unexpected {
+                got_role: self.role,
+                got_if: self.if_id,
+                want_role: role,
+                want_if: if_id,
+            })
+        }
+    }
+
+    /// Writes it as one JSON line, in one `write` so that a reader never
+    /// sees half of it.
+    pub fn write_to(&self, mut out: impl Write) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(self).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        out.write_all(&line)?;
+        out.flush()
+    }
+}
+
 /// `bytes` as a command of type `T`, tagged by `cmd`: malformed JSON, an
 /// unknown `cmd` and a bad field are told apart.
 fn parse_command<T: serde::de::DeserializeOwned + Serialize>(
@@ -290,5 +391,39 @@ mod tests {
         assert_eq!(reply["ok"], true);
         assert_eq!(serde_json::from_value::<IfStatus>(reply).unwrap(), s);
         assert!(serde_json::from_value::<IfStatus>(json!({"ok": true, "pid": 1})).is_err());
+    }
+
+    #[test]
+    fn readiness_round_trips_and_a_bad_line_is_an_error_with_its_text() {
+        let r = Readiness {
+            pid: 4242,
+            role: ReadyRole::Standby,
+            if_id: Some(3),
+        };
+        let mut line = Vec::new();
+        r.write_to(&mut line).unwrap();
+        let line = String::from_utf8(line).unwrap();
+        assert_eq!(line, "{\"pid\":4242,\"role\":\"standby\",\"if_id\":3}\n");
+        assert_eq!(Readiness::parse(&line), Ok(r));
+        assert_eq!(r.expect(ReadyRole::Standby, Some(3)), Ok(r));
+        let ifm = Readiness::parse(r#"{"pid":1,"role":"serving","if_id":null}"#).unwrap();
+        assert_eq!(ifm.expect(ReadyRole::Serving, None), Ok(ifm));
+
+        for bad in [
+            "kp-if: ready",
+            r#"{"pid":1,"role":"ready","if_id":3}"#,
+            r#"{"pid":1,"role":"serving","if_id":3,"extra":true}"#,
+            r#"{"role":"serving","if_id":3}"#,
+            "",
+        ] {
+            match Readiness::parse(bad) {
+                Err(ReadinessError::Malformed { line, .. }) => assert_eq!(line, bad),
+                other => panic!("{bad:?} read as {other:?}"),
+            }
+        }
+        let e = r.expect(ReadyRole::Serving, Some(3)).unwrap_err();
+        assert!(matches!(e, ReadinessError::Unexpected { .. }), "{e}");
+        assert!(r.expect(ReadyRole::Standby, Some(4)).is_err());
+        assert!(e.to_string().contains("standby"), "{e}");
     }
 }

@@ -46,7 +46,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use libml::batching::{BatchStats, ProvisioningReport};
-use libml::messages::{IfCommand, IfManagerCommand};
+use libml::messages::{IfCommand, IfManagerCommand, ReadyRole};
 use libml::runtime::handover::Mode;
 use libml::telemetry::{IfMessage, Publication, TelemetrySnapshot};
 use serde_json::{json, Value};
@@ -58,7 +58,7 @@ use crate::control::{
     StatusReport, StatusRow,
 };
 use crate::lcores::{LcoreIds, LcoreLease};
-use crate::process::{if_request, log_line, request, Proc};
+use crate::process::{if_request, log_line, request, Proc, ReadyPipe};
 use crate::topology::{NicHint, Topology};
 use crate::tuning::{Observation, ShareTuner, TuningConfig};
 
@@ -423,8 +423,10 @@ impl Daemon {
             }
             None => Command::new(&exe),
         };
+        let ready = ReadyPipe::new(ReadyRole::Serving, None)?;
         cmd.args(&c.options)
             .args(["--control", &self.ifm_control])
+            .args(ready.args())
             .arg("--stats-json")
             .arg(self.runtime_dir.join("if-manager.json"))
             .arg("--")
@@ -433,7 +435,7 @@ impl Daemon {
         Ok(Proc::spawn(
             "if-manager",
             cmd,
-            "if-manager: ready",
+            ready,
             &self.runtime_dir.join("logs/if-manager.log"),
         )?)
     }
@@ -477,9 +479,13 @@ impl Daemon {
                 "--reassembly-timeout-ms",
                 &self.cfg.platform.reassembly_timeout_ms.to_string(),
             ]);
+        let mut role = ReadyRole::Serving;
         if standby {
             cmd.arg("--standby");
+            role = ReadyRole::Standby;
         }
+        let ready = ReadyPipe::new(role, Some(if_id)).map_err(|e| e.to_string())?;
+        cmd.args(ready.args());
         cmd.arg("--")
             .args(["--proc-type", "secondary"])
             .args(["--file-prefix", &self.cfg.if_manager.file_prefix])
@@ -494,11 +500,6 @@ impl Daemon {
         let role = if standby { "shadow" } else { "active" };
         let name = format!("kp-if {if_id} #{lcore} ({role}, {:.0}%)", spec.share_pct);
         let log = rt.join(format!("logs/if-{if_id}-{lcore}.log"));
-        let ready = if standby {
-            "kp-if: standby"
-        } else {
-            "kp-if: ready"
-        };
         let proc = Proc::spawn(name, cmd, ready, &log)
             .map_err(|e| format!("cannot start {}: {e}", spec.binary.display()))?;
         let _ = self.telemetry.connect(&telemetry);

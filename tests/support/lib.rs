@@ -608,3 +608,51 @@ pub fn wait_for_stats(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// A `kp-client --json` run in the background for as long as a scenario
+/// takes on this machine: stopped by [`BackgroundClient::stop`], not timed
+/// (its `--duration` should only end one that a hung test left behind).
+/// Killed if the test ends without stopping it.
+#[derive(Debug)]
+pub struct BackgroundClient(Option<Child>);
+
+impl BackgroundClient {
+    /// Spawns `cmd` (a kp-client command line with `--json`), its output
+    /// piped.
+    pub fn spawn(mut cmd: Command) -> Result<BackgroundClient> {
+        let child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {cmd:?}"))?;
+        Ok(BackgroundClient(Some(child)))
+    }
+
+    /// Stops it (SIGINT: it stops sending and resolves what is out) and
+    /// returns its report; fails if it failed.
+    pub fn stop(mut self) -> Result<Value> {
+        let pid = self.0.as_ref().expect("running").id();
+        // If this fails, the drop kills it.
+        run(Command::new("kill").args(["-INT", &pid.to_string()]))?;
+        let out = self.0.take().expect("running").wait_with_output()?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            bail!(
+                "kp-client failed ({}): {}\n{text}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let last = text.lines().last().context("kp-client printed nothing")?;
+        serde_json::from_str(last).with_context(|| format!("kp-client's report: {last}"))
+    }
+}
+
+impl Drop for BackgroundClient {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}

@@ -97,6 +97,10 @@ pub struct ClientConfig {
     pub if_id: u16,
     /// When to stop.
     pub stop: Stop,
+    /// Set (by kp-client's SIGINT/SIGTERM handler) to stop sending before
+    /// `stop` says so; the requests already out are still resolved and
+    /// reported, as after a `stop`.
+    pub stop_early: Arc<AtomicBool>,
     /// Open or closed loop.
     pub load: Load,
     /// A request with no answer this long after its first fragment is
@@ -647,6 +651,9 @@ fn send_loop(
     for i in 0u64.. {
         let now = Instant::now();
         let mut scheduled = now;
+        if cfg.stop_early.load(Ordering::Relaxed) {
+            break;
+        }
         match cfg.stop {
             Stop::Requests(n) if i >= n => break,
             Stop::Duration(d) if now.saturating_duration_since(start) >= d => break,
@@ -682,6 +689,9 @@ fn send_loop(
             if Instant::now().saturating_duration_since(start) >= d {
                 break;
             }
+        }
+        if cfg.stop_early.load(Ordering::Relaxed) {
+            break;
         }
         let payload = inputs.get(i);
         let send_ts_ns = wall_clock_ns();
@@ -824,6 +834,49 @@ mod tests {
         let mut buf = vec![0u8; repr.wire_len()];
         repr.emit(&mut buf).unwrap();
         buf
+    }
+
+    #[test]
+    fn stop_early_ends_a_run_before_its_duration_and_resolves_what_is_out() {
+        // A platform that never answers: every request sent times out.
+        let platform = UdpSocket::bind("127.0.0.1:0").unwrap();
+        platform
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .unwrap();
+        let stop_early = Arc::new(AtomicBool::new(false));
+        let duration = Duration::from_secs(60);
+        let cfg = ClientConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            dst: platform.local_addr().unwrap(),
+            if_id: 1,
+            stop: Stop::Duration(duration),
+            stop_early: stop_early.clone(),
+            load: Load::Closed { concurrency: 2 },
+            timeout: Duration::from_millis(20),
+            frag_size: 1000,
+            frag_gap: Duration::ZERO,
+            first_request_id: 1,
+            seed: 0,
+            linger: Duration::ZERO,
+        };
+        let shape = crate::input::InputShape {
+            height: 4,
+            width: 4,
+            channels: 3,
+        };
+        let inputs = Inputs::from_payloads(shape, vec![vec![7; shape.len()]]);
+        let started = Instant::now();
+        let client = std::thread::spawn(move || run(&cfg, &inputs));
+        // Requests are out: stop.
+        let mut buf = [0u8; 2048];
+        platform.recv(&mut buf).expect("a request");
+        stop_early.store(true, Ordering::Relaxed);
+        let report = client.join().unwrap().unwrap();
+        // Without the flag the run would have lasted its whole duration.
+        assert!(started.elapsed() < duration, "not stopped early");
+        assert!(report.sent >= 1, "{report:?}");
+        assert_eq!(report.unanswered, report.sent, "{report:?}");
+        assert_eq!(report.answered, 0, "{report:?}");
     }
 
     #[test]

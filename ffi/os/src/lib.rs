@@ -8,9 +8,13 @@
 //! - [`futex`]: wait and wake on a word of memory shared between processes
 //!   (a memzone), so a shadow IF sleeps instead of spinning on a core it
 //!   shares with the process it waits for.
+//! - [`inherit`]: hand a descriptor to a child at a number it is told (the
+//!   orchestrator's readiness pipes, `--notify-fd N`), and take it there.
 //!
-//! Every `unsafe` block here is one libc call with a `// SAFETY:` note; the
-//! functions around them are safe.
+//! Every `unsafe` block here is one call (to libc, or std's descriptor and
+//! pre-exec edges) with a `// SAFETY:` note; the functions around them are
+//! safe.
 
 pub mod affinity;
 pub mod futex;
+pub mod inherit;

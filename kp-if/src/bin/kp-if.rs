@@ -23,7 +23,9 @@ use kp_if::{engine_for, EngineOverrides};
 use kp_wire::IfId;
 use libml::batching::{BatchConfig, BatchPolicy};
 use libml::engine::EngineConfig;
-use libml::messages::{codes, ErrorBody, IfCommand, IfMessage, IfStatus, Publication};
+use libml::messages::{
+    codes, ErrorBody, IfCommand, IfMessage, IfStatus, Publication, Readiness, ReadyRole,
+};
 use libml::model::ModelConfig;
 use libml::names;
 use libml::pool::{InputLayout, InputPool};
@@ -100,6 +102,15 @@ struct Args {
     /// Also write the final report to this file.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Say when it serves (with `--standby`: when it is parked and can take
+    /// over) on this inherited descriptor: one JSON
+    /// `libml::messages::Readiness` line, as the orchestrator expects.
+    /// Without it only the "kp-if: ready"/"kp-if: standby" log line says so.
+    #[arg(long, value_name = "FD")]
+    notify_fd: Option<i32>,
+    /// `--notify-fd`'s descriptor, claimed at start-up.
+    #[arg(skip)]
+    notify: Option<std::fs::File>,
     /// DPDK EAL arguments (after `--`): `--proc-type secondary`, the
     /// if-manager's `--file-prefix`, a distinct `--lcores ID@CPU`.
     #[arg(last = true)]
@@ -250,7 +261,12 @@ fn init_logging() {
         .init();
 }
 
-fn run(args: Args) -> Result<()> {
+fn run(mut args: Args) -> Result<()> {
+    // Before anything opens a file: a descriptor open at that number now is
+    // the one the parent passed.
+    if let Some(fd) = args.notify_fd {
+        args.notify = Some(kp_os::inherit::claim(fd).context("--notify-fd")?.into());
+    }
     let mut model = ModelConfig::load(&args.model)
         .with_context(|| format!("loading {}", args.model.display()))?;
     if let Some(id) = args.if_id {
@@ -431,6 +447,20 @@ fn attach_and_serve(
         args.capacity,
         max_batch
     );
+    if let Some(notify) = &args.notify {
+        let ready = Readiness {
+            pid: std::process::id(),
+            role: if args.standby {
+                ReadyRole::Standby
+            } else {
+                ReadyRole::Serving
+            },
+            if_id: Some(model.if_id.0),
+        };
+        if let Err(e) = ready.write_to(notify) {
+            eprintln!("kp-if: warning: cannot say it is ready on --notify-fd: {e}");
+        }
+    }
     let publisher = args
         .telemetry
         .as_deref()

@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
@@ -30,6 +32,8 @@ enum ArrivalArg {
 /// Open loop with --rate (the sender never waits for answers), otherwise
 /// closed loop with --concurrency requests outstanding (default 1). Exits 0
 /// whatever the platform answered (or not), unless --expect-all-answered.
+/// SIGINT or SIGTERM stops sending early: the requests out are resolved
+/// (answered or timed out) and the report printed as after --duration.
 #[derive(Debug, Parser)]
 #[command(name = "kp-client", version)]
 struct Args {
@@ -88,8 +92,17 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // First: a signal that comes before the handler would kill the client
+    // without its report.
+    let stop_early = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        if let Err(e) = signal_hook::flag::register(sig, stop_early.clone()) {
+            eprintln!("kp-client: installing signal handlers: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let a = Args::parse();
-    match client(&a) {
+    match client(&a, stop_early) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("kp-client: {e:#}");
@@ -101,7 +114,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn client(a: &Args) -> anyhow::Result<ExitCode> {
+fn client(a: &Args, stop_early: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
     if HEADER_LEN + a.frag_size > MTU_UDP_PAYLOAD {
         eprintln!(
             "kp-client: warning: {}-byte datagrams exceed a 1500-byte MTU; the kernel will IP-fragment them and the platform drops IP fragments",
@@ -131,6 +144,7 @@ fn client(a: &Args) -> anyhow::Result<ExitCode> {
         dst: a.dst,
         if_id: a.if_id,
         stop,
+        stop_early,
         load,
         timeout: a.timeout,
         frag_size: a.frag_size,
