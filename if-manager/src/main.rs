@@ -161,7 +161,7 @@ fn serve(args: &Args, socket: dpdk::SocketId) -> Result<Value> {
         backoff: IdleBackoff::new(args.busy_poll),
         gate,
     };
-    dp.routes.apply_updates();
+    dp.apply_route_updates();
     eprintln!(
         "if-manager: ready: port {} ({}) mac {} udp/{} ifs {:?}",
         port.id().0,
