@@ -26,7 +26,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dpdk::{Mbuf, MbufBurst, Port, QueueId, Ring};
-use kp_wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
+use kp_wire::{
+    FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, ETH_HDR_LEN, RESPONSE_HEADER_LEN,
+    UDP_HDR_LEN, VLAN_TAG_LEN,
+};
 
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::control::Gate;
@@ -203,7 +206,7 @@ impl DataPlane<'_> {
         now_ns: u64,
     ) {
         let mut staged_for = None;
-        for mbuf in rx.drain() {
+        for mut mbuf in rx.drain() {
             if mbuf.is_segmented() {
                 self.counters.record_malformed(MalformedReason::Segmented);
                 continue; // dropping the Mbuf frees it
@@ -211,7 +214,11 @@ impl DataPlane<'_> {
             match classify(mbuf.data(), &self.filter) {
                 Verdict::NotForUs(reason) => self.counters.record_not_for_us(reason),
                 Verdict::Malformed(reason) => self.counters.record_malformed(reason),
-                Verdict::Fragment { addr, header } => {
+                Verdict::Fragment {
+                    addr,
+                    header,
+                    header_at,
+                } => {
                     if let Some(route) = self.routes.get(header.if_id) {
                         let key = RequestKey {
                             src_ip: addr.src_ip,
@@ -230,10 +237,15 @@ impl DataPlane<'_> {
                             }
                             staged_for = Some(header.if_id);
                         }
-                        staged_info[staged.len()] = Staged {
-                            key,
-                            header_at: addr.header_len(),
+                        staged_info[staged.len()] = Staged { key, header_at };
+                        // What we validated, for the IF: it reads the
+                        // headers at these offsets without parsing again.
+                        let l2 = if addr.vlan_tci.is_some() {
+                            ETH_HDR_LEN + VLAN_TAG_LEN
+                        } else {
+                            ETH_HDR_LEN
                         };
+                        mbuf.set_header_lens(l2, header_at - l2 - UDP_HDR_LEN);
                         staged.push(mbuf);
                     } else {
                         self.answer_unknown_if(mbuf, &addr, &header, tx, now_ns);

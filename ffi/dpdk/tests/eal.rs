@@ -307,6 +307,12 @@ fn check_mbuf(pool: &Mempool) {
     assert_eq!(m.refcnt(), 1);
     assert!(!m.is_segmented());
     assert_eq!(m.nb_segs(), 1);
+    assert_eq!(m.header_lens(), (0, 0), "a fresh mbuf records none");
+    assert!(m.set_header_lens(18, 20));
+    assert_eq!(m.header_lens(), (18, 20));
+    assert!(!m.set_header_lens(128, 20), "l2_len has 7 bits");
+    assert!(!m.set_header_lens(14, 512), "l3_len has 9 bits");
+    assert_eq!(m.header_lens(), (18, 20), "unchanged by a refusal");
 
     let payload: Vec<u8> = (0..100).collect();
     m.append(100).unwrap().copy_from_slice(&payload);

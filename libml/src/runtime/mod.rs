@@ -53,7 +53,9 @@ use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
 use crate::seqlock::SeqCell;
 use crate::telemetry::{Publication, Telemetry, TelemetryWriter};
 use crate::topk::top_k;
-use kp_wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
+use kp_wire::{
+    parse_shed_notice, parse_udp_frame, udp_frame_at, Fragment, FragmentRepr, RequestKey, Status,
+};
 
 /// Largest top-k an IF answers with (docs/PROTOCOL.md allows more; nobody needs
 /// more than this many classes per answer, and it bounds the stack buffer).
@@ -560,7 +562,7 @@ fn fragment_loop<'p>(
             last_fragment_ns = now;
         }
         for mbuf in burst.drain() {
-            let (reply, header, payload_at) = match parse(mbuf.data()) {
+            let (reply, header, payload_at) = match parse(&mbuf) {
                 Some(Parsed::Fragment(reply, header, payload_at)) => (reply, header, payload_at),
                 Some(Parsed::ShedNotice(reply, header)) => {
                     if forward
@@ -730,9 +732,16 @@ enum Parsed {
     ShedNotice(ReplyTo, FragmentRepr),
 }
 
-/// Parses a frame the if-manager already validated.
-fn parse(frame: &[u8]) -> Option<Parsed> {
-    let udp = parse_udp_frame(frame).ok()?;
+/// Reads a frame the if-manager already validated: at the header lengths
+/// it recorded in the mbuf (no second parse of Ethernet, IPv4 and UDP),
+/// or parsed whole if none were recorded. The kneepoint header is checked
+/// (it also tells a fragment from a shed notice).
+fn parse(mbuf: &dpdk::Mbuf) -> Option<Parsed> {
+    let frame = mbuf.data();
+    let udp = match mbuf.header_lens() {
+        (0, _) | (_, 0) => parse_udp_frame(frame).ok()?,
+        (l2, l3) => udp_frame_at(frame, l2, l3)?,
+    };
     let reply = |header: &FragmentRepr| ReplyTo {
         addr: udp.addr,
         if_id: header.if_id,
