@@ -61,8 +61,10 @@ use kp_wire::{
 /// more than this many classes per answer, and it bounds the stack buffer).
 pub const MAX_TOP_K: usize = 64;
 
-/// Fragments per dequeue burst.
+/// Fragments per dequeue burst (at most 32: the fragment loop marks the
+/// frames to forward in a `u32`).
 const BURST: usize = 32;
+const _: () = assert!(BURST <= 32);
 
 /// How often the fragment thread checks for expired requests and returned
 /// slots, in polls (and after every sleep).
@@ -561,15 +563,18 @@ fn fragment_loop<'p>(
         if got > 0 {
             last_fragment_ns = now;
         }
-        for mbuf in burst.drain() {
-            let (reply, header, payload_at) = match parse(&mbuf) {
+        // The frames are read in place; those of a predecessor's requests
+        // are marked here and sent back below, the rest freed in bulk.
+        let mut to_forward = 0u32;
+        for (i, mbuf) in burst.iter().enumerate() {
+            let (reply, header, payload_at) = match parse(mbuf) {
                 Some(Parsed::Fragment(reply, header, payload_at)) => (reply, header, payload_at),
                 Some(Parsed::ShedNotice(reply, header)) => {
                     if forward
                         .as_ref()
                         .is_some_and(|f| f.keys.contains(&reply.key()))
                     {
-                        forward_back(&mut forward, mbuf, stats);
+                        to_forward |= 1 << i;
                         continue;
                     }
                     // The if-manager could not deliver a fragment of this
@@ -605,7 +610,7 @@ fn fragment_loop<'p>(
             };
             let key = reply.key();
             if forward.as_ref().is_some_and(|f| f.keys.contains(&key)) {
-                forward_back(&mut forward, mbuf, stats);
+                to_forward |= 1 << i;
                 continue;
             }
             counters.fragments += 1;
@@ -656,7 +661,16 @@ fn fragment_loop<'p>(
                 FragmentOutcome::Duplicate | FragmentOutcome::Late | FragmentOutcome::Malformed => {
                 }
             }
-            // the mbuf is freed here: its bytes are in the slot
+        }
+        if to_forward == 0 {
+            // Every frame's bytes are in their slots: one bulk free.
+            burst.clear();
+        } else {
+            for (i, mbuf) in burst.drain().enumerate() {
+                if to_forward & (1 << i) != 0 {
+                    forward_back(&mut forward, mbuf, stats);
+                } // else freed here
+            }
         }
 
         match backoff.after_poll(got > 0) {
