@@ -2,16 +2,23 @@
 //!
 //! Two threads share the work, inside one `std::thread::scope`:
 //! - the **fragment thread** (the process's EAL lcore) dequeues fragments
-//!   from the IF's ring, runs them through the [`Reassembler`], converts
-//!   each payload straight into its input-pool slot (the only copy) and
-//!   frees the mbuf at once; it answers BAD_REQUEST, OVERLOADED (no free
+//!   from the IF's ring, reads each at the header offsets the if-manager
+//!   recorded, runs it through the [`Reassembler`], converts its payload
+//!   straight into its input-pool slot (the only copy), and frees the
+//!   burst's mbufs in one bulk call; it answers BAD_REQUEST, OVERLOADED (no free
 //!   slot) and INCOMPLETE (timeout) itself, and hands each complete request
 //!   to the inference thread;
 //! - the **inference thread** keeps the queue of complete requests, sheds
 //!   those that can no longer meet the SLO (OVERLOADED), asks the
 //!   [`BatchPolicy`] when to run how many, runs the engine on the batch —
 //!   straight from the pool when the slots are adjacent, gathered otherwise
-//!   — and answers each request with its top-k.
+//!   — and answers each request with its top-k, the batch's answers in one
+//!   bulk allocation and one burst on the TX ring.
+//!
+//! Neither thread takes a lock: each records its statistics in a telemetry
+//! cell of its own ([`crate::telemetry`]), the batching state goes to the
+//! publisher through a sequence lock ([`crate::seqlock`]), and both answer
+//! through the TX ring's lock-free producer side.
 //!
 //! Slot ownership is Rust ownership: the pool is split once into one
 //! `&mut [f32]` per slot. A slot's buffer lives in the fragment thread while
