@@ -66,7 +66,7 @@ fn bench(c: &mut Criterion) {
         ))
         .expect("table alive");
     }
-    routes.apply_updates();
+    routes.apply_updates(|_| {});
 
     let mut g = c.benchmark_group("if-manager");
     g.throughput(Throughput::Elements(frames.len() as u64));

@@ -30,6 +30,9 @@ pub enum Verdict {
         addr: FrameAddr,
         /// The fragment's header fields.
         header: FragmentRepr,
+        /// Where the fragment's kneepoint header starts in the frame (after
+        /// any IPv4 options).
+        header_at: usize,
     },
     /// Not kneepoint traffic for this platform.
     NotForUs(NotForUsReason),
@@ -55,6 +58,7 @@ pub fn classify(frame: &[u8], filter: &DstFilter) -> Verdict {
         Ok(fragment) => Verdict::Fragment {
             addr: udp.addr,
             header: FragmentRepr::parse(&fragment),
+            header_at: udp.payload_offset,
         },
         Err(e) => Verdict::Malformed(MalformedReason::Header(e.kind())),
     }
@@ -113,7 +117,8 @@ mod tests {
             classify(&f, &FILTER),
             Verdict::Fragment {
                 addr: a,
-                header: header()
+                header: header(),
+                header_at: 42,
             }
         );
     }

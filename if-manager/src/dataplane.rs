@@ -26,13 +26,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use dpdk::{Mbuf, MbufBurst, Port, QueueId, Ring};
-use kp_wire::{FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, RESPONSE_HEADER_LEN};
+use kp_wire::{
+    FragmentRepr, FrameAddr, RequestKey, ResponseRepr, Status, ETH_HDR_LEN, RESPONSE_HEADER_LEN,
+    UDP_HDR_LEN, VLAN_TAG_LEN,
+};
 
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::control::Gate;
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
-use crate::routes::RouteTable;
-use crate::shed::{shed_headroom, Shedder};
+use crate::routes::{RouteChange, RouteTable};
+use crate::shed::{shed_headroom, Shedder, Staged};
 use kp_wire::answered::{Answer, AnsweredTable};
 use libml::backoff::{IdleAction, IdleBackoff};
 
@@ -101,6 +104,8 @@ impl DataPlane<'_> {
         let start = Instant::now();
         let mut rx = MbufBurst::<RX_BURST>::new();
         let mut staged = MbufBurst::<RX_BURST>::new();
+        // What classification found for each staged mbuf, in the same order.
+        let mut staged_info = [Staged::default(); RX_BURST];
         let mut tx = MbufBurst::<TX_PENDING>::new();
         let mut now_ns = 0u64;
         let mut last_activity = start;
@@ -120,9 +125,9 @@ impl DataPlane<'_> {
                 // Gate first, routes second: an IF registers before it says
                 // ready, so once the gate reads open its route is applied.
                 rx_open = self.gate.rx_open.load(Ordering::Acquire);
-                self.routes.apply_updates();
+                self.apply_route_updates();
                 if self.shedder.pending() > 0 {
-                    self.shedder.flush_all(&self.routes, &self.counters);
+                    self.shedder.flush_all(&self.routes);
                 }
                 if self.stop.load(Ordering::Relaxed) {
                     self.shedder.clear(&self.counters);
@@ -149,7 +154,7 @@ impl DataPlane<'_> {
             };
             if got > 0 {
                 bump(&self.counters.rx_packets, got as u64);
-                self.handle_burst(&mut rx, &mut staged, &mut tx, now_ns);
+                self.handle_burst(&mut rx, &mut staged, &mut staged_info, &mut tx, now_ns);
             }
 
             // Responses from IFs, then everything pending, to the NIC.
@@ -181,16 +186,27 @@ impl DataPlane<'_> {
         }
     }
 
+    /// Applies the control side's route changes; an IF's notice queue is
+    /// made (or dropped) with its route.
+    pub fn apply_route_updates(&mut self) -> usize {
+        let (shedder, counters) = (&mut self.shedder, &self.counters);
+        self.routes.apply_updates(|change| match change {
+            RouteChange::Added(id) => shedder.prepare(id),
+            RouteChange::Removed(id) => shedder.forget(id, counters),
+        })
+    }
+
     /// Gives every frame of `rx` its outcome.
     fn handle_burst(
         &mut self,
         rx: &mut MbufBurst<RX_BURST>,
         staged: &mut MbufBurst<RX_BURST>,
+        staged_info: &mut [Staged; RX_BURST],
         tx: &mut MbufBurst<TX_PENDING>,
         now_ns: u64,
     ) {
         let mut staged_for = None;
-        for mbuf in rx.drain() {
+        for mut mbuf in rx.drain() {
             if mbuf.is_segmented() {
                 self.counters.record_malformed(MalformedReason::Segmented);
                 continue; // dropping the Mbuf frees it
@@ -198,7 +214,11 @@ impl DataPlane<'_> {
             match classify(mbuf.data(), &self.filter) {
                 Verdict::NotForUs(reason) => self.counters.record_not_for_us(reason),
                 Verdict::Malformed(reason) => self.counters.record_malformed(reason),
-                Verdict::Fragment { addr, header } => {
+                Verdict::Fragment {
+                    addr,
+                    header,
+                    header_at,
+                } => {
                     if let Some(route) = self.routes.get(header.if_id) {
                         let key = RequestKey {
                             src_ip: addr.src_ip,
@@ -213,10 +233,19 @@ impl DataPlane<'_> {
                         }
                         if staged_for != Some(header.if_id) {
                             if let Some(prev) = staged_for {
-                                self.enqueue_staged(prev, staged, now_ns);
+                                self.enqueue_staged(prev, staged, staged_info, now_ns);
                             }
                             staged_for = Some(header.if_id);
                         }
+                        staged_info[staged.len()] = Staged { key, header_at };
+                        // What we validated, for the IF: it reads the
+                        // headers at these offsets without parsing again.
+                        let l2 = if addr.vlan_tci.is_some() {
+                            ETH_HDR_LEN + VLAN_TAG_LEN
+                        } else {
+                            ETH_HDR_LEN
+                        };
+                        mbuf.set_header_lens(l2, header_at - l2 - UDP_HDR_LEN);
                         staged.push(mbuf);
                     } else {
                         self.answer_unknown_if(mbuf, &addr, &header, tx, now_ns);
@@ -225,17 +254,19 @@ impl DataPlane<'_> {
             }
         }
         if let Some(prev) = staged_for {
-            self.enqueue_staged(prev, staged, now_ns);
+            self.enqueue_staged(prev, staged, staged_info, now_ns);
         }
     }
 
     /// Enqueues the staged fragments on `if_id`'s ring, keeping
     /// [`shed_headroom`] of it free for shed notices; a fragment that finds
-    /// no room is shed ([`Shedder::shed`]).
+    /// no room is shed ([`Shedder::shed`]) with what classifying it found
+    /// (`staged_info`, in the order of `staged`).
     fn enqueue_staged(
         &mut self,
         if_id: kp_wire::IfId,
         staged: &mut MbufBurst<RX_BURST>,
+        staged_info: &[Staged; RX_BURST],
         now_ns: u64,
     ) {
         let Some(route) = self.routes.get(if_id) else {
@@ -266,7 +297,7 @@ impl DataPlane<'_> {
             return;
         }
         let mut delivered = 0;
-        for mbuf in staged.drain() {
+        for (mbuf, info) in staged.drain().zip(staged_info) {
             let mbuf = if delivered < room {
                 match route.ring.enqueue(mbuf) {
                     Ok(()) => {
@@ -278,14 +309,9 @@ impl DataPlane<'_> {
             } else {
                 mbuf
             };
-            let outcome = self.shedder.shed(
-                if_id,
-                &route.ring,
-                &self.filter,
-                &self.counters,
-                mbuf,
-                now_ns,
-            );
+            let outcome =
+                self.shedder
+                    .shed(if_id, &route.ring, &self.counters, mbuf, *info, now_ns);
             match outcome {
                 Outcome::Shed => bump(&route.counters.shed, 1),
                 Outcome::ShedSuppressed => bump(&route.counters.shed_suppressed, 1),

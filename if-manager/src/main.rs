@@ -172,7 +172,7 @@ fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result
         backoff: IdleBackoff::new(args.busy_poll),
         gate,
     };
-    dp.routes.apply_updates();
+    dp.apply_route_updates();
     eprintln!(
         "if-manager: ready: port {} ({}) mac {} udp/{} ifs {:?}",
         port.id().0,

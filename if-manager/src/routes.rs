@@ -47,6 +47,15 @@ pub enum RouteUpdate<R> {
     Remove(IfId, Sender<Option<Route<R>>>),
 }
 
+/// What [`RouteTable::apply_updates`] changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteChange {
+    /// `if_id` is routed from now on.
+    Added(IfId),
+    /// `if_id` is no longer routed.
+    Removed(IfId),
+}
+
 /// The RX lcore's routing table.
 #[derive(Debug)]
 pub struct RouteTable<R> {
@@ -69,20 +78,24 @@ impl<R> RouteTable<R> {
         self.routes[usize::from(if_id.0)].as_ref()
     }
 
-    /// Applies every pending update; returns how many there were.
+    /// Applies every pending update, telling `changed` of each (so that
+    /// per-IF state of the RX loop is made or dropped with the route, off
+    /// the data path); returns how many there were.
     ///
     /// An `Add` for an `if_id` that already has a route replaces it and the
     /// old ring is dropped here (the control side refuses duplicates before
     /// sending, so this does not happen in practice).
-    pub fn apply_updates(&mut self) -> usize {
+    pub fn apply_updates(&mut self, mut changed: impl FnMut(RouteChange)) -> usize {
         let mut n = 0;
         loop {
             match self.updates.try_recv() {
                 Ok(RouteUpdate::Add(id, route)) => {
                     self.routes[usize::from(id.0)] = Some(route);
+                    changed(RouteChange::Added(id));
                 }
                 Ok(RouteUpdate::Remove(id, back)) => {
                     let old = self.routes[usize::from(id.0)].take();
+                    changed(RouteChange::Removed(id));
                     // The requester may have given up waiting; then the
                     // route is simply dropped here.
                     let _ = back.send(old);
@@ -122,14 +135,20 @@ mod tests {
         ))
         .unwrap();
         assert!(table.get(IfId(3)).is_none(), "not before apply_updates");
-        assert_eq!(table.apply_updates(), 1);
+        let mut changes = Vec::new();
+        assert_eq!(table.apply_updates(|c| changes.push(c)), 1);
+        assert_eq!(changes, [RouteChange::Added(IfId(3))]);
         assert_eq!(table.get(IfId(3)).unwrap().ring, "ring3");
 
         let (back_tx, back_rx) = channel();
         tx.send(RouteUpdate::Remove(IfId(3), back_tx.clone()))
             .unwrap();
         tx.send(RouteUpdate::Remove(IfId(4), back_tx)).unwrap();
-        assert_eq!(table.apply_updates(), 2);
+        assert_eq!(table.apply_updates(|c| changes.push(c)), 2);
+        assert_eq!(
+            changes[1..],
+            [RouteChange::Removed(IfId(3)), RouteChange::Removed(IfId(4))]
+        );
         assert!(table.get(IfId(3)).is_none());
         assert_eq!(back_rx.recv().unwrap().unwrap().ring, "ring3");
         assert!(back_rx.recv().unwrap().is_none(), "no route for if 4");

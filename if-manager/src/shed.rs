@@ -29,6 +29,12 @@
 //! the IF dequeued nothing) is a fragment lost without a notice, counted as
 //! [`Outcome::RingFull`]; the request is not remembered, so its next
 //! fragment tries again.
+//!
+//! The shed path is the overload path, so it does no more work than the
+//! normal one: the fragment was classified once already and its request key
+//! and header offset travel with it ([`Staged`]), and every IF's notice queue
+//! is allocated whole when its route is added ([`Shedder::prepare`]) and never
+//! grows: nothing is parsed twice and nothing is allocated under overload.
 
 use std::collections::VecDeque;
 
@@ -36,7 +42,6 @@ use dpdk::{Mbuf, Ring};
 use kp_wire::answered::{Answer, AnsweredTable};
 use kp_wire::{IfId, RequestKey};
 
-use crate::classify::{classify, DstFilter, Verdict};
 use crate::outcome::{bump, Counters, Outcome};
 use crate::routes::RouteTable;
 
@@ -49,6 +54,90 @@ pub fn shed_headroom(capacity: usize) -> usize {
     (capacity / 8).max(1)
 }
 
+/// What classification found out about a staged fragment, kept beside its
+/// mbuf so that shedding it needs no second parse.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Staged {
+    /// Its request.
+    pub key: RequestKey,
+    /// Where its kneepoint header starts in the frame.
+    pub header_at: usize,
+}
+
+impl Default for Staged {
+    /// A placeholder for an empty staging slot (never read before written).
+    fn default() -> Self {
+        Staged {
+            key: RequestKey {
+                src_ip: std::net::Ipv4Addr::UNSPECIFIED,
+                src_port: 0,
+                if_id: IfId(0),
+                request_id: 0,
+            },
+            header_at: 0,
+        }
+    }
+}
+
+/// A queue of at most `capacity` items, allocated whole up front: a push
+/// never allocates, a full queue refuses.
+#[derive(Debug)]
+pub struct BoundedQueue<T> {
+    items: VecDeque<T>,
+    capacity: usize,
+}
+
+impl<T> BoundedQueue<T> {
+    /// An empty queue with room for `capacity` items, allocated now.
+    pub fn new(capacity: usize) -> Self {
+        BoundedQueue {
+            items: VecDeque::with_capacity(capacity),
+            capacity,
+        }
+    }
+
+    /// Items queued.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True if none is queued.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Appends `item`, or gives it back if the queue is full.
+    pub fn push_back(&mut self, item: T) -> Result<(), T> {
+        if self.items.len() >= self.capacity {
+            return Err(item);
+        }
+        // Below capacity: VecDeque does not reallocate.
+        self.items.push_back(item);
+        Ok(())
+    }
+
+    /// Hands items to `put`, oldest first, until it gives one back (no
+    /// room); that one stays first. Returns how many went.
+    pub fn drain_into(&mut self, mut put: impl FnMut(T) -> Result<(), T>) -> usize {
+        let mut moved = 0;
+        while let Some(item) = self.items.pop_front() {
+            if let Err(item) = put(item) {
+                self.items.push_front(item);
+                break;
+            }
+            moved += 1;
+        }
+        moved
+    }
+
+    /// Drops every item; returns how many there were.
+    pub fn clear(&mut self) -> usize {
+        let n = self.items.len();
+        self.items.clear();
+        n
+    }
+}
+
 /// The shed requests and the notices waiting for room (owned by the RX
 /// loop).
 #[derive(Debug)]
@@ -58,7 +147,8 @@ pub struct Shedder {
     /// Until when a fragment may belong to a remembered shed request (no
     /// lookup at all while nothing was shed for a time-to-live).
     active_until_ns: u64,
-    pending: Vec<(IfId, VecDeque<Mbuf>)>,
+    /// Per routed IF, its waiting notices (allocated by [`Self::prepare`]).
+    pending: Vec<(IfId, BoundedQueue<Mbuf>)>,
     pending_total: usize,
 }
 
@@ -71,6 +161,26 @@ impl Shedder {
             active_until_ns: 0,
             pending: Vec::new(),
             pending_total: 0,
+        }
+    }
+
+    /// `if_id` got a route: allocates its notice queue now, off the data
+    /// path (a no-op if it has one).
+    pub fn prepare(&mut self, if_id: IfId) {
+        if self.queue_mut(if_id).is_none() {
+            self.pending
+                .push((if_id, BoundedQueue::new(PENDING_PER_IF)));
+        }
+    }
+
+    /// `if_id` lost its route: its waiting notices can never be delivered;
+    /// they are freed, counted in `notices_dropped`, with the queue.
+    pub fn forget(&mut self, if_id: IfId, counters: &Counters) {
+        if let Some(i) = self.pending.iter().position(|(id, _)| *id == if_id) {
+            let (_, mut q) = self.pending.swap_remove(i);
+            let n = q.clear();
+            self.pending_total -= n;
+            bump(&counters.notices_dropped, n as u64);
         }
     }
 
@@ -96,75 +206,63 @@ impl Shedder {
         let Some(q) = self.queue_mut(if_id) else {
             return true;
         };
-        let before = q.len();
-        while let Some(m) = q.pop_front() {
-            if let Err(m) = ring.enqueue(m) {
-                q.push_front(m);
-                break;
-            }
-        }
-        let left = q.len();
-        self.pending_total -= before - left;
-        left == 0
+        let moved = q.drain_into(|m| ring.enqueue(m));
+        let left = q.is_empty();
+        self.pending_total -= moved;
+        left
     }
 
-    /// Flushes every IF's waiting notices; those of IFs no longer routed
-    /// are freed and counted in `notices_dropped`.
-    pub fn flush_all(&mut self, routes: &RouteTable<Ring>, counters: &Counters) {
-        let ids: Vec<IfId> = self
-            .pending
-            .iter()
-            .filter(|(_, q)| !q.is_empty())
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            match routes.get(id) {
-                Some(route) => {
-                    self.flush(id, &route.ring);
-                }
-                None => self.drop_pending(id, counters),
+    /// Flushes every IF's waiting notices (every clock tick while some
+    /// wait).
+    pub fn flush_all(&mut self, routes: &RouteTable<Ring>) {
+        let mut moved = 0;
+        for (id, q) in &mut self.pending {
+            if q.is_empty() {
+                continue;
+            }
+            // Every queued IF has a route: a removed one is `forget`-ed.
+            if let Some(route) = routes.get(*id) {
+                moved += q.drain_into(|m| route.ring.enqueue(m));
             }
         }
+        self.pending_total -= moved;
     }
 
     /// Frees every waiting notice (at shutdown), counted.
     pub fn clear(&mut self, counters: &Counters) {
-        let ids: Vec<IfId> = self.pending.iter().map(|(id, _)| *id).collect();
-        for id in ids {
-            self.drop_pending(id, counters);
+        for (_, q) in &mut self.pending {
+            bump(&counters.notices_dropped, q.clear() as u64);
         }
+        self.pending_total = 0;
     }
 
     /// Sheds `mbuf`, a fragment for `if_id` that found no room for data on
-    /// `ring`; returns its outcome (see the module doc).
+    /// `ring` (`staged`: what classifying it found); returns its outcome
+    /// (see the module doc).
     pub fn shed(
         &mut self,
         if_id: IfId,
         ring: &Ring,
-        filter: &DstFilter,
         counters: &Counters,
         mut mbuf: Mbuf,
+        staged: Staged,
         now_ns: u64,
     ) -> Outcome {
-        // Classified once already; again here, on the slow path only.
-        let Verdict::Fragment { addr, header } = classify(mbuf.data(), filter) else {
-            return Outcome::RingFull;
-        };
-        let key = RequestKey {
-            src_ip: addr.src_ip,
-            src_port: addr.src_port,
-            if_id: header.if_id,
-            request_id: header.request_id,
-        };
+        let key = staged.key;
         if self.table.contains(&key, now_ns) {
             return Outcome::ShedSuppressed;
         }
-        let waiting = self.queue_len(if_id);
+        let Some(i) = self.pending.iter().position(|(id, _)| *id == if_id) else {
+            return Outcome::RingFull; // no route, no queue: cannot happen
+        };
+        let waiting = self.pending[i].1.len();
         if waiting >= PENDING_PER_IF {
             return Outcome::RingFull;
         }
-        let at = addr.header_len();
-        if !kp_wire::mark_shed_notice(&mut mbuf.data_mut()[at..]) {
+        let Some(header) = mbuf.data_mut().get_mut(staged.header_at..) else {
+            return Outcome::RingFull;
+        };
+        if !kp_wire::mark_shed_notice(header) {
             return Outcome::RingFull;
         }
         if let Answer::Now { evicted_live: true } = self.table.first_answer(&key, now_ns) {
@@ -180,45 +278,65 @@ impl Shedder {
         } else {
             mbuf
         };
-        self.queue_or_insert(if_id).push_back(mbuf);
-        self.pending_total += 1;
+        // Checked above: there is room, and the push does not allocate.
+        if self.pending[i].1.push_back(mbuf).is_ok() {
+            self.pending_total += 1;
+        }
         Outcome::Shed
     }
 
-    fn queue_mut(&mut self, if_id: IfId) -> Option<&mut VecDeque<Mbuf>> {
+    fn queue_mut(&mut self, if_id: IfId) -> Option<&mut BoundedQueue<Mbuf>> {
         self.pending
             .iter_mut()
             .find(|(id, _)| *id == if_id)
             .map(|(_, q)| q)
     }
+}
 
-    fn queue_len(&self, if_id: IfId) -> usize {
-        if self.pending_total == 0 {
-            return 0;
+#[cfg(test)]
+mod tests {
+    use super::BoundedQueue;
+
+    #[test]
+    fn a_bounded_queue_refuses_when_full_and_never_grows() {
+        let mut q = BoundedQueue::new(3);
+        let cap = q.items.capacity();
+        for i in 0..3 {
+            assert_eq!(q.push_back(i), Ok(()));
         }
-        self.pending
-            .iter()
-            .find(|(id, _)| *id == if_id)
-            .map_or(0, |(_, q)| q.len())
+        assert_eq!(q.push_back(9), Err(9), "full");
+        assert_eq!(q.len(), 3);
+        assert_eq!(q.items.capacity(), cap, "no reallocation");
     }
 
-    fn queue_or_insert(&mut self, if_id: IfId) -> &mut VecDeque<Mbuf> {
-        let i = match self.pending.iter().position(|(id, _)| *id == if_id) {
-            Some(i) => i,
-            None => {
-                self.pending.push((if_id, VecDeque::new()));
-                self.pending.len() - 1
+    #[test]
+    fn draining_stops_at_the_first_refusal_and_keeps_the_order() {
+        let mut q = BoundedQueue::new(8);
+        for i in 0..5 {
+            q.push_back(i).unwrap();
+        }
+        let mut taken = Vec::new();
+        let moved = q.drain_into(|x| {
+            if taken.len() == 2 {
+                Err(x)
+            } else {
+                taken.push(x);
+                Ok(())
             }
-        };
-        &mut self.pending[i].1
-    }
-
-    fn drop_pending(&mut self, if_id: IfId, counters: &Counters) {
-        if let Some(q) = self.queue_mut(if_id) {
-            let n = q.len();
-            q.clear();
-            self.pending_total -= n;
-            bump(&counters.notices_dropped, n as u64);
-        }
+        });
+        assert_eq!(moved, 2);
+        assert_eq!(taken, [0, 1]);
+        assert_eq!(q.len(), 3);
+        let mut rest = Vec::new();
+        assert_eq!(
+            q.drain_into(|x| {
+                rest.push(x);
+                Ok(())
+            }),
+            3
+        );
+        assert_eq!(rest, [2, 3, 4], "the refused one stayed first");
+        assert!(q.is_empty());
+        assert_eq!(q.clear(), 0);
     }
 }

@@ -29,6 +29,8 @@
 //! - [`names`]: shared-memory names the if-manager and IFs agree on.
 //! - [`runtime`]: the IF's driver over DPDK: fragments from its ring into
 //!   the input pool, batches through the engine, answers on the TX ring.
+//! - [`seqlock`]: a few words one thread publishes and others read whole,
+//!   without a lock (the batching state, to the telemetry publisher).
 //! - [`topk`]: the k best `(class, score)` pairs of an output row.
 //! - [`batching`]: the sans-IO batching policy (SLAB plus an online fit of
 //!   the batch-cost curve): when to run a batch and how big, which requests
@@ -45,5 +47,6 @@ pub mod names;
 pub mod pool;
 pub mod reassembly;
 pub mod runtime;
+pub mod seqlock;
 pub mod telemetry;
 pub mod topk;

@@ -115,9 +115,9 @@ pub mod net;
 pub mod proto;
 
 pub use net::{
-    emit_udp_frame, emit_udp_headers, parse_udp_frame, FrameAddr, FrameError, FrameErrorKind,
-    MacAddr, MacAddrParseError, UdpFrame, ETHERTYPE_IPV4, ETHERTYPE_VLAN, ETH_HDR_LEN, IPPROTO_UDP,
-    IPV4_HDR_LEN, MAX_UDP_PAYLOAD, UDP_HDR_LEN, VLAN_TAG_LEN,
+    emit_udp_frame, emit_udp_headers, parse_udp_frame, udp_frame_at, FrameAddr, FrameError,
+    FrameErrorKind, MacAddr, MacAddrParseError, UdpFrame, ETHERTYPE_IPV4, ETHERTYPE_VLAN,
+    ETH_HDR_LEN, IPPROTO_UDP, IPV4_HDR_LEN, MAX_UDP_PAYLOAD, UDP_HDR_LEN, VLAN_TAG_LEN,
 };
 pub use proto::{
     fragment_range, stride, BufferTooSmall, Fragment, FragmentRepr, HeaderError, IfId,

@@ -411,6 +411,36 @@ pub fn parse_udp_frame(frame: &[u8]) -> Result<UdpFrame<'_>, FrameError> {
     })
 }
 
+/// The addressing and payload of a frame that [`parse_udp_frame`] accepted
+/// before (in another process: the if-manager), from the lengths of its L2
+/// and L3 headers recorded then: no validation is repeated, only bounds are
+/// checked (`None` if the lengths do not fit the frame). For a frame
+/// `parse_udp_frame` accepts, with its true header lengths, the result is
+/// the same as `parse_udp_frame`'s.
+pub fn udp_frame_at(frame: &[u8], l2_len: usize, l3_len: usize) -> Option<UdpFrame<'_>> {
+    let l4 = l2_len + l3_len;
+    if l2_len < ETH_HDR_LEN || l3_len < IPV4_HDR_LEN || frame.len() < l4 + UDP_HDR_LEN {
+        return None;
+    }
+    let ip_hdr = &frame[l2_len..l4];
+    let udp = &frame[l4..];
+    let udp_len = usize::from(be16(udp, 4));
+    let payload = udp.get(UDP_HDR_LEN..udp_len)?;
+    Some(UdpFrame {
+        addr: FrameAddr {
+            dst_mac: mac_at(frame, 0),
+            src_mac: mac_at(frame, 6),
+            vlan_tci: (l2_len == ETH_HDR_LEN + VLAN_TAG_LEN).then(|| be16(frame, 14)),
+            src_ip: ipv4_at(ip_hdr, 12),
+            dst_ip: ipv4_at(ip_hdr, 16),
+            src_port: be16(udp, 0),
+            dst_port: be16(udp, 2),
+        },
+        payload,
+        payload_offset: l4 + UDP_HDR_LEN,
+    })
+}
+
 /// Writes Ethernet (with `addr.vlan_tci`'s tag, if any), IPv4 and UDP
 /// headers into `buf[..addr.header_len()]`, for a payload of `payload_len`
 /// bytes already at `buf[addr.header_len()..]`. IPv4: no options, DF set,
@@ -1037,6 +1067,18 @@ mod tests {
 
     proptest! {
         #[test]
+        fn recorded_lengths_never_panic_on_any_bytes(
+            bytes in proptest::collection::vec(any::<u8>(), 0..120),
+            l2 in 0usize..40,
+            l3 in 0usize..80,
+        ) {
+            if let Some(p) = udp_frame_at(&bytes, l2, l3) {
+                prop_assert_eq!(p.payload_offset, l2 + l3 + UDP_HDR_LEN);
+                prop_assert!(p.payload_offset + p.payload.len() <= bytes.len());
+            }
+        }
+
+        #[test]
         fn emit_then_parse_round_trips(
             a in any_addr(),
             payload in proptest::collection::vec(any::<u8>(), 0..1500),
@@ -1065,6 +1107,12 @@ mod tests {
             ]
         ) {
             let got = parse_udp_frame(&bytes);
+            if let Ok(p) = &got {
+                // The if-manager's recorded lengths give the same result.
+                let l2 = if p.addr.vlan_tci.is_some() { 18 } else { 14 };
+                let l3 = p.payload_offset - l2 - UDP_HDR_LEN;
+                prop_assert_eq!(udp_frame_at(&bytes, l2, l3), Some(*p));
+            }
             match (&got, reference_parse(&bytes)) {
                 (Ok(p), Ok((vlan, ips, ports, start, end))) => {
                     prop_assert_eq!(p.addr.vlan_tci, vlan);

@@ -85,7 +85,7 @@ pub use mbuf::{Drain, Mbuf, MbufBurst};
 pub use mempool::Mempool;
 pub use memzone::{Memzone, MemzoneFlags};
 pub use port::{MacAddr, Port, PortStats};
-pub use ring::{Ring, RingFlags, RingRef};
+pub use ring::{Ring, RingFlags, RingProducer, RingRef};
 
 /// The raw bindings, for what this crate does not wrap.
 pub use dpdk_sys as sys;

@@ -172,6 +172,37 @@ impl Mbuf {
         unsafe { sys::kp_rte_mbuf_refcnt_read(self.as_ptr()) }
     }
 
+    /// Where the frame's L3 and L4 headers start, as the classifier that
+    /// validated them recorded ([`set_header_lens`](Mbuf::set_header_lens)):
+    /// DPDK's `l2_len` and `l3_len`, `(0, 0)` when nobody did. A later
+    /// stage (another process, through a ring) need not parse again.
+    #[inline]
+    pub fn header_lens(&self) -> (usize, usize) {
+        // SAFETY:
+        // - both variants of the union are plain integers over the same
+        //   8 bytes: any bits are a valid value of the bit-field struct.
+        let f = unsafe { self.raw().__bindgen_anon_3.__bindgen_anon_1 };
+        (f.l2_len() as usize, f.l3_len() as usize)
+    }
+
+    /// Records the lengths of the L2 and L3 headers (`l2_len`, `l3_len`:
+    /// 7 and 9 bits); false, nothing changed, if they do not fit. No
+    /// offload is requested (`ol_flags` untouched), so a PMD sending this
+    /// mbuf ignores them.
+    #[inline]
+    pub fn set_header_lens(&mut self, l2: usize, l3: usize) -> bool {
+        if l2 >= 1 << 7 || l3 >= 1 << 9 {
+            return false;
+        }
+        // SAFETY:
+        // - as in `header_lens`: writing the bit-field view of a union of
+        //   plain integers; `self` owns the mbuf uniquely.
+        let f = unsafe { &mut self.raw_mut().__bindgen_anon_3.__bindgen_anon_1 };
+        f.set_l2_len(l2 as u64);
+        f.set_l3_len(l3 as u64);
+        true
+    }
+
     /// Free bytes before the data (first segment).
     #[inline]
     pub fn headroom(&self) -> usize {

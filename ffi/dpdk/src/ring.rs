@@ -375,6 +375,64 @@ impl fmt::Debug for Ring {
     }
 }
 
+/// The enqueue side of a multi-producer ring, shared by any number of
+/// threads without a lock: DPDK's multi-producer enqueue is thread-safe,
+/// and this handle can do nothing else (no dequeue), so it is `Sync`.
+///
+/// Made from a [`Ring`] by [`Ring::into_producer`]; dropping it drops that
+/// handle.
+pub struct RingProducer {
+    ring: Ring,
+}
+
+// SAFETY:
+// - the only operations through `&RingProducer` are enqueues (and reads of
+//   the ring's counts), and the ring is multi-producer (checked when made):
+//   DPDK's MP enqueue is safe from any number of threads at once;
+// - the inner `Ring` is `Send`, and nothing hands it out by reference.
+unsafe impl Sync for RingProducer {}
+
+impl Ring {
+    /// This handle as a [`RingProducer`] for several threads; given back if
+    /// the ring is single-producer.
+    pub fn into_producer(self) -> Result<RingProducer, Ring> {
+        if self.flags().single_producer {
+            return Err(self);
+        }
+        Ok(RingProducer { ring: self })
+    }
+}
+
+impl RingProducer {
+    /// See [`Ring::enqueue_burst`].
+    #[inline]
+    pub fn enqueue_burst<const N: usize>(&self, burst: &mut MbufBurst<N>) -> usize {
+        self.ring.raw.enqueue_burst(burst)
+    }
+
+    /// See [`Ring::enqueue`].
+    #[inline]
+    pub fn enqueue(&self, m: Mbuf) -> Result<(), Mbuf> {
+        self.ring.raw.enqueue(m)
+    }
+
+    /// See [`Ring::free_count`].
+    pub fn free_count(&self) -> usize {
+        self.ring.free_count()
+    }
+
+    /// See [`Ring::name`].
+    pub fn name(&self) -> &str {
+        self.ring.name()
+    }
+}
+
+impl fmt::Debug for RingProducer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RingProducer({:?})", self.ring)
+    }
+}
+
 /// A borrowed view of a ring of mbufs, made from a raw pointer: for
 /// reaching a [`Ring`] from a thread other than the one holding it.
 ///

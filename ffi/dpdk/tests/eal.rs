@@ -307,6 +307,12 @@ fn check_mbuf(pool: &Mempool) {
     assert_eq!(m.refcnt(), 1);
     assert!(!m.is_segmented());
     assert_eq!(m.nb_segs(), 1);
+    assert_eq!(m.header_lens(), (0, 0), "a fresh mbuf records none");
+    assert!(m.set_header_lens(18, 20));
+    assert_eq!(m.header_lens(), (18, 20));
+    assert!(!m.set_header_lens(128, 20), "l2_len has 7 bits");
+    assert!(!m.set_header_lens(14, 512), "l3_len has 9 bits");
+    assert_eq!(m.header_lens(), (18, 20), "unchanged by a refusal");
 
     let payload: Vec<u8> = (0..100).collect();
     m.append(100).unwrap().copy_from_slice(&payload);
@@ -451,6 +457,32 @@ fn check_rings(pool: &Mempool, socket: SocketId) {
     assert_eq!(again.dequeue_burst(&mut b), 4);
     assert_eq!(tags(&b), [40, 41, 42, 43]);
     drop(b);
+
+    // A multi-producer ring's producer side is shared by threads with no
+    // lock; a single-producer ring refuses to become one.
+    let sp = Ring::create("kpt_sp", 8, socket, spsc).unwrap();
+    let sp = sp.into_producer().expect_err("single-producer");
+    drop(sp);
+    let producer = Ring::lookup("kpt_mpmc").unwrap().into_producer().unwrap();
+    std::thread::scope(|s| {
+        for t in 0..2u8 {
+            let producer = &producer;
+            s.spawn(move || {
+                for i in 0..10u8 {
+                    let m = mbuf_with(pool, &[t * 100 + i; 4]);
+                    producer.enqueue(m).expect("room");
+                }
+            });
+        }
+    });
+    let mut seen = Vec::new();
+    while let Some(m) = again.dequeue() {
+        seen.push(m.data()[0]);
+    }
+    seen.sort_unstable();
+    let want: Vec<u8> = (0..10).chain(100..110).collect();
+    assert_eq!(seen, want, "every enqueue arrived once");
+    drop(producer);
     drop(again);
     assert!(matches!(
         Ring::lookup("kpt_mpmc"),

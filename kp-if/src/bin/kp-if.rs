@@ -354,7 +354,7 @@ fn attach_and_serve(
     let ring = Ring::lookup(&ring_name).with_context(|| format!("looking up ring {ring_name}"))?;
     let mbufs = Mempool::lookup(names::MEMPOOL).context("looking up the if-manager's mbuf pool")?;
     let tx = Ring::lookup(names::TX_RING).context("looking up the TX ring")?;
-    let answerer = Answerer::new(mbufs, tx);
+    let answerer = Answerer::new(mbufs, tx)?;
 
     let mut pool = InputPool::in_memzone(
         &names::input_pool(model.if_id, std::process::id()),

@@ -410,6 +410,61 @@ pub struct BatchStats {
     pub over_reports: u64,
 }
 
+impl BatchStats {
+    /// Words in [`BatchStats::to_words`].
+    pub const WORDS: usize = 18;
+
+    /// The numbers as words (floats as their bits), in field order: how the
+    /// inference thread hands them to the telemetry publisher
+    /// ([`crate::seqlock::SeqCell`]).
+    pub fn to_words(&self) -> [u64; Self::WORDS] {
+        [
+            self.target_batch as u64,
+            self.a_ns.to_bits(),
+            self.b_ns.to_bits(),
+            u64::from(self.fit_identified),
+            self.ewma_exec_ns.to_bits(),
+            self.ewma_e2e_ns.to_bits(),
+            self.arrival_rate_per_s.to_bits(),
+            self.batch_limit as u64,
+            self.dispatches,
+            self.dispatched_requests,
+            self.explorations,
+            self.waits,
+            self.batches_done,
+            self.slo_miss_batches,
+            self.shed,
+            self.regime_changes,
+            self.under_reports,
+            self.over_reports,
+        ]
+    }
+
+    /// The inverse of [`BatchStats::to_words`].
+    pub fn from_words(w: &[u64; Self::WORDS]) -> Self {
+        BatchStats {
+            target_batch: w[0] as usize,
+            a_ns: f64::from_bits(w[1]),
+            b_ns: f64::from_bits(w[2]),
+            fit_identified: w[3] != 0,
+            ewma_exec_ns: f64::from_bits(w[4]),
+            ewma_e2e_ns: f64::from_bits(w[5]),
+            arrival_rate_per_s: f64::from_bits(w[6]),
+            batch_limit: w[7] as usize,
+            dispatches: w[8],
+            dispatched_requests: w[9],
+            explorations: w[10],
+            waits: w[11],
+            batches_done: w[12],
+            slo_miss_batches: w[13],
+            shed: w[14],
+            regime_changes: w[15],
+            under_reports: w[16],
+            over_reports: w[17],
+        }
+    }
+}
+
 /// Exponentially-weighted least squares of `y ≈ a + b·x`.
 #[derive(Clone, Copy, Debug, Default)]
 struct Ewls {

@@ -817,3 +817,33 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn batch_stats_survive_the_trip_through_words() {
+    // A distinct value in every field: a swapped or dropped one shows.
+    let stats = BatchStats {
+        target_batch: 1,
+        a_ns: 2.5,
+        b_ns: 3.5,
+        fit_identified: true,
+        ewma_exec_ns: 4.5,
+        ewma_e2e_ns: 5.5,
+        arrival_rate_per_s: 6.5,
+        batch_limit: 7,
+        dispatches: 8,
+        dispatched_requests: 9,
+        explorations: 10,
+        waits: 11,
+        batches_done: 12,
+        slo_miss_batches: 13,
+        shed: 14,
+        regime_changes: 15,
+        under_reports: 16,
+        over_reports: 17,
+    };
+    assert_eq!(BatchStats::from_words(&stats.to_words()), stats);
+    assert_eq!(
+        BatchStats::from_words(&BatchStats::default().to_words()),
+        BatchStats::default()
+    );
+}

@@ -4,12 +4,14 @@
 //! The frame goes back to the request's source address and port, from the
 //! address and port it was sent to (the request's [`FrameAddr`] reversed,
 //! VLAN tag kept). Mbufs come from the shared pool; the TX ring is
-//! multi-producer, so the IF's threads share one handle behind a mutex (the
-//! wrapper allows one handle per process for a single-consumer ring).
+//! multi-producer, so the IF's threads share its producer side
+//! ([`RingProducer`]) without a lock.
+//!
+//! A batch's answers go out together ([`Answerer::burst`]): their mbufs
+//! are allocated in one bulk call and enqueued in one burst, so a batch of
+//! eight costs one pool operation and one ring operation, not eight of each.
 
-use std::sync::Mutex;
-
-use dpdk::{Mempool, Ring};
+use dpdk::{Mbuf, MbufBurst, Mempool, Ring, RingProducer};
 
 use kp_wire::{
     emit_udp_headers, FrameAddr, IfId, MsgType, RequestKey, ResponseRepr, Status, MAX_RESULTS,
@@ -51,19 +53,44 @@ pub enum SendError {
     RingFull,
 }
 
+/// Answers in one [`AnswerBurst`] at most: the largest batch an IF runs
+/// fits many times over; a longer burst is sent in pieces of this size.
+pub const ANSWER_BURST: usize = 64;
+
+/// The TX ring is single-producer: answers need a ring any thread can fill.
+#[derive(Debug, thiserror::Error)]
+#[error("the TX ring {0} is single-producer; the IF's threads must share it")]
+pub struct SingleProducerRing(String);
+
 /// Builds and enqueues answers.
 #[derive(Debug)]
 pub struct Answerer {
     pool: Mempool,
-    tx: Mutex<Ring>,
+    tx: RingProducer,
 }
 
 impl Answerer {
-    /// An answerer over the shared mbuf pool and TX ring.
-    pub fn new(pool: Mempool, tx: Ring) -> Self {
-        Answerer {
-            pool,
-            tx: Mutex::new(tx),
+    /// An answerer over the shared mbuf pool and TX ring (multi-producer).
+    pub fn new(pool: Mempool, tx: Ring) -> Result<Self, SingleProducerRing> {
+        let tx = tx
+            .into_producer()
+            .map_err(|r| SingleProducerRing(r.name().to_string()))?;
+        Ok(Answerer { pool, tx })
+    }
+
+    /// Collects up to `n` answers (a batch's) to send together: their mbufs
+    /// come from the pool in one bulk allocation now, and they go on the
+    /// ring in one burst when the burst is sent or dropped.
+    pub fn burst(&self, n: usize) -> AnswerBurst<'_> {
+        let mut fresh = MbufBurst::new();
+        let n = n.min(ANSWER_BURST);
+        // All or none; without enough, each answer allocates its own.
+        let _ = self.pool.alloc_bulk(&mut fresh, n);
+        AnswerBurst {
+            answerer: self,
+            fresh,
+            built: MbufBurst::new(),
+            ring_full: 0,
         }
     }
 
@@ -95,15 +122,103 @@ impl Answerer {
     }
 
     fn send(&self, to: &ReplyTo, repr: &ResponseRepr<'_>) -> Result<(), SendError> {
-        let reply = to.addr.reversed();
-        let hdr = reply.header_len();
-        let len = hdr + repr.wire_len();
         let mut mbuf = self.pool.alloc().ok_or(SendError::NoMbuf)?;
-        let buf = mbuf.append(len).ok_or(SendError::TooLarge)?;
-        repr.emit(&mut buf[hdr..])
-            .map_err(|_| SendError::TooLarge)?;
-        emit_udp_headers(&reply, repr.wire_len(), buf).map_err(|_| SendError::TooLarge)?;
-        let ring = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        ring.enqueue(mbuf).map_err(|_| SendError::RingFull)
+        build(&mut mbuf, to, repr)?;
+        self.tx.enqueue(mbuf).map_err(|_| SendError::RingFull)
+    }
+}
+
+/// Writes the answer `repr` to `to` into the fresh `mbuf`.
+fn build(mbuf: &mut Mbuf, to: &ReplyTo, repr: &ResponseRepr<'_>) -> Result<(), SendError> {
+    let reply = to.addr.reversed();
+    let hdr = reply.header_len();
+    let len = hdr + repr.wire_len();
+    let buf = mbuf.append(len).ok_or(SendError::TooLarge)?;
+    repr.emit(&mut buf[hdr..])
+        .map_err(|_| SendError::TooLarge)?;
+    emit_udp_headers(&reply, repr.wire_len(), buf).map_err(|_| SendError::TooLarge)?;
+    Ok(())
+}
+
+/// A batch's answers, built into mbufs allocated together and enqueued in
+/// one burst ([`Answerer::burst`]). What could not be sent is counted:
+/// per answer for a missing mbuf or a frame too large, and in
+/// [`AnswerBurst::send`]'s result for a full ring.
+#[derive(Debug)]
+pub struct AnswerBurst<'a> {
+    answerer: &'a Answerer,
+    fresh: MbufBurst<ANSWER_BURST>,
+    built: MbufBurst<ANSWER_BURST>,
+    ring_full: usize,
+}
+
+impl AnswerBurst<'_> {
+    /// Adds an error answer (type 3) with `status`.
+    pub fn error(
+        &mut self,
+        to: &ReplyTo,
+        status: Status,
+        latency_us: u32,
+    ) -> Result<(), SendError> {
+        let repr = ResponseRepr::error(to.if_id, to.request_id, to.send_ts_ns, status, latency_us);
+        self.add(to, &repr)
+    }
+
+    /// Adds an OK response (type 2) with the top-k results.
+    pub fn ok(
+        &mut self,
+        to: &ReplyTo,
+        results: &[(u32, f32)],
+        batch_size: u16,
+        latency_us: u32,
+    ) -> Result<(), SendError> {
+        let repr = ResponseRepr {
+            msg_type: MsgType::Response,
+            if_id: to.if_id,
+            request_id: to.request_id,
+            send_ts_ns: to.send_ts_ns,
+            status: Status::Ok,
+            batch_size,
+            latency_us,
+            results: &results[..results.len().min(MAX_RESULTS)],
+        };
+        self.add(to, &repr)
+    }
+
+    fn add(&mut self, to: &ReplyTo, repr: &ResponseRepr<'_>) -> Result<(), SendError> {
+        if self.built.is_full() {
+            self.flush();
+        }
+        let mut mbuf = match self.fresh.pop() {
+            Some(m) => m,
+            None => self.answerer.pool.alloc().ok_or(SendError::NoMbuf)?,
+        };
+        build(&mut mbuf, to, repr)?;
+        self.built.push(mbuf);
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        let n = self.built.len();
+        let sent = self.answerer.tx.enqueue_burst(&mut self.built);
+        if sent < n {
+            self.ring_full += n - sent;
+            self.built.clear(); // freed in one bulk call
+        }
+    }
+
+    /// Enqueues what was added in one burst; returns how many answers the
+    /// TX ring had no room for (freed, not retried). Unused mbufs go back
+    /// to the pool in one bulk free.
+    pub fn send(mut self) -> usize {
+        self.flush();
+        self.ring_full
+    }
+}
+
+impl Drop for AnswerBurst<'_> {
+    fn drop(&mut self) {
+        // `send` flushed already; a burst dropped without it still sends.
+        self.flush();
     }
 }

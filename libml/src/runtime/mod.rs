@@ -2,16 +2,23 @@
 //!
 //! Two threads share the work, inside one `std::thread::scope`:
 //! - the **fragment thread** (the process's EAL lcore) dequeues fragments
-//!   from the IF's ring, runs them through the [`Reassembler`], converts
-//!   each payload straight into its input-pool slot (the only copy) and
-//!   frees the mbuf at once; it answers BAD_REQUEST, OVERLOADED (no free
+//!   from the IF's ring, reads each at the header offsets the if-manager
+//!   recorded, runs it through the [`Reassembler`], converts its payload
+//!   straight into its input-pool slot (the only copy), and frees the
+//!   burst's mbufs in one bulk call; it answers BAD_REQUEST, OVERLOADED (no free
 //!   slot) and INCOMPLETE (timeout) itself, and hands each complete request
 //!   to the inference thread;
 //! - the **inference thread** keeps the queue of complete requests, sheds
 //!   those that can no longer meet the SLO (OVERLOADED), asks the
 //!   [`BatchPolicy`] when to run how many, runs the engine on the batch —
 //!   straight from the pool when the slots are adjacent, gathered otherwise
-//!   — and answers each request with its top-k.
+//!   — and answers each request with its top-k, the batch's answers in one
+//!   bulk allocation and one burst on the TX ring.
+//!
+//! Neither thread takes a lock: each records its statistics in a telemetry
+//! cell of its own ([`crate::telemetry`]), the batching state goes to the
+//! publisher through a sequence lock ([`crate::seqlock`]), and both answer
+//! through the TX ring's lock-free producer side.
 //!
 //! Slot ownership is Rust ownership: the pool is split once into one
 //! `&mut [f32]` per slot. A slot's buffer lives in the fragment thread while
@@ -36,7 +43,6 @@ pub mod handover;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -47,20 +53,25 @@ pub use answer::{Answerer, ReplyTo, SendError};
 use handover::{IfControl, Ledger, Mode, ModeCell, Taken};
 
 use crate::backoff::{IdleAction, IdleBackoff};
-use crate::batching::{BatchPolicy, Decision, ProvisioningReport};
+use crate::batching::{BatchPolicy, BatchStats, Decision, ProvisioningReport};
 use crate::engine::Framework;
 use crate::pool::{self, InputLayout, SlotBuf};
 use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
-use crate::telemetry::{Publication, Telemetry};
+use crate::seqlock::SeqCell;
+use crate::telemetry::{Publication, Telemetry, TelemetryWriter};
 use crate::topk::top_k;
-use kp_wire::{parse_shed_notice, parse_udp_frame, Fragment, FragmentRepr, RequestKey, Status};
+use kp_wire::{
+    parse_shed_notice, parse_udp_frame, udp_frame_at, Fragment, FragmentRepr, RequestKey, Status,
+};
 
 /// Largest top-k an IF answers with (docs/PROTOCOL.md allows more; nobody needs
 /// more than this many classes per answer, and it bounds the stack buffer).
 pub const MAX_TOP_K: usize = 64;
 
-/// Fragments per dequeue burst.
+/// Fragments per dequeue burst (at most 32: the fragment loop marks the
+/// frames to forward in a `u32`).
 const BURST: usize = 32;
+const _: () = assert!(BURST <= 32);
 
 /// How often the fragment thread checks for expired requests and returned
 /// slots, in polls (and after every sleep).
@@ -175,12 +186,15 @@ pub fn serve(
     let clock = Instant::now();
     let now_ns = || clock.elapsed().as_nanos() as u64;
     let capacity = pool.capacity();
-    let telemetry = Mutex::new(Telemetry::new(0).with_slo_us(policy.config().slo_ns / 1000));
+    // One cell per recording thread: 0 the fragment thread, 1 inference.
+    let telemetry = Telemetry::new(0, policy.config().slo_ns / 1000, 2);
+    let mut fragment_telemetry = telemetry.writer(0).expect("cell 0 is free");
+    let inference_telemetry = telemetry.writer(1).expect("cell 1 is free");
     let ready: ArrayQueue<Ready<'_>> = ArrayQueue::new(capacity);
     let returned: ArrayQueue<Returned<'_>> = ArrayQueue::new(capacity);
     let fragments_done = AtomicBool::new(false);
     let all_done = AtomicBool::new(false);
-    let latest_batching = Mutex::new(policy.stats());
+    let latest_batching = SeqCell::new(policy.stats().to_words());
     let (span, buffers) = pool.split_slots();
     let mut slots: Vec<Option<SlotBuf<'_>>> = buffers.into_iter().map(Some).collect();
     let mut rx = DriverCounters::default();
@@ -199,15 +213,10 @@ pub fn serve(
                         continue;
                     }
                     next += cfg.telemetry_every;
-                    let current = {
-                        let mut t = lock(telemetry);
-                        t.tick(now_ns());
-                        t.snapshot(now_ns())
-                    };
                     publish(&Publication::Telemetry {
                         mode: mode.get().name().to_string(),
-                        telemetry: current,
-                        batching: *lock(latest),
+                        telemetry: telemetry.snapshot(now_ns()),
+                        batching: BatchStats::from_words(&latest.load()),
                     });
                 }
             });
@@ -226,7 +235,7 @@ pub fn serve(
                 &ready,
                 &returned,
                 &fragments_done,
-                &telemetry,
+                inference_telemetry,
                 &now_ns,
                 succession.ledger,
                 span,
@@ -245,7 +254,7 @@ pub fn serve(
             &ready,
             &returned,
             stop,
-            &telemetry,
+            &mut fragment_telemetry,
             &now_ns,
             &mut rx,
             &mut stats,
@@ -264,10 +273,9 @@ pub fn serve(
     }
 
     let now = now_ns();
-    let t = telemetry.lock().unwrap_or_else(|p| p.into_inner());
     let c = reassembler.counters();
     json!({
-        "telemetry": t.to_json(now),
+        "telemetry": telemetry.to_json(now),
         "reassembly": {
             "fragments": rx.fragments,
             "unparsable": rx.unparsable,
@@ -346,7 +354,7 @@ fn fragment_loop<'p>(
     ready: &ArrayQueue<Ready<'p>>,
     returned: &ArrayQueue<Returned<'p>>,
     stop: &AtomicBool,
-    telemetry: &Mutex<Telemetry>,
+    telemetry: &mut TelemetryWriter<'_>,
     now_ns: &dyn Fn() -> u64,
     counters: &mut DriverCounters,
     stats: &mut SuccessionStats,
@@ -388,7 +396,7 @@ fn fragment_loop<'p>(
                     counters.send_failed +=
                         u64::from(answerer.error(&reply, e.status(), latency).is_err());
                     ledger.clear(e.slot.index());
-                    lock(telemetry).on_answer(e.status(), u64::from(latency), now);
+                    telemetry.on_answer(e.status(), u64::from(latency), now);
                 }
             });
             if forward.as_ref().is_some_and(|f| now >= f.until_ns) {
@@ -494,16 +502,10 @@ fn fragment_loop<'p>(
                         );
                     }
                 }
-                // What a parked shadow measured is not this IF's service:
-                // rates and latencies start when it starts serving.
-                {
-                    let mut t = lock(telemetry);
-                    let fresh = Telemetry::new(now).with_slo_us(t.slo_us());
-                    let recovered = std::mem::replace(&mut *t, fresh);
-                    for _ in 0..recovered.answers(Status::Internal) {
-                        t.on_answer(Status::Internal, 0, now);
-                    }
-                }
+                // A parked shadow served nothing (what it answered for a
+                // dead predecessor, just now, counts): run time and rates
+                // start when it starts serving.
+                telemetry.restart_clock(now);
                 succession.mode.transition(Mode::Arming, Mode::Active);
             }
             Mode::Active => {
@@ -568,15 +570,18 @@ fn fragment_loop<'p>(
         if got > 0 {
             last_fragment_ns = now;
         }
-        for mbuf in burst.drain() {
-            let (reply, header, payload_at) = match parse(mbuf.data()) {
+        // The frames are read in place; those of a predecessor's requests
+        // are marked here and sent back below, the rest freed in bulk.
+        let mut to_forward = 0u32;
+        for (i, mbuf) in burst.iter().enumerate() {
+            let (reply, header, payload_at) = match parse(mbuf) {
                 Some(Parsed::Fragment(reply, header, payload_at)) => (reply, header, payload_at),
                 Some(Parsed::ShedNotice(reply, header)) => {
                     if forward
                         .as_ref()
                         .is_some_and(|f| f.keys.contains(&reply.key()))
                     {
-                        forward_back(&mut forward, mbuf, stats);
+                        to_forward |= 1 << i;
                         continue;
                     }
                     // The if-manager could not deliver a fragment of this
@@ -584,7 +589,7 @@ fn fragment_loop<'p>(
                     let requests_before = reassembler.counters().requests;
                     let outcome = reassembler.on_shed_notice(reply.key(), &header, now);
                     if reassembler.counters().requests != requests_before {
-                        lock(telemetry).on_arrival(now);
+                        telemetry.on_arrival(now);
                     }
                     if let FragmentOutcome::Reject {
                         status,
@@ -600,7 +605,7 @@ fn fragment_loop<'p>(
                             replies[slot.index()] = None;
                             ledger.clear(slot.index());
                         }
-                        lock(telemetry).on_answer(status, u64::from(latency), now);
+                        telemetry.on_answer(status, u64::from(latency), now);
                     }
                     continue;
                 }
@@ -612,14 +617,14 @@ fn fragment_loop<'p>(
             };
             let key = reply.key();
             if forward.as_ref().is_some_and(|f| f.keys.contains(&key)) {
-                forward_back(&mut forward, mbuf, stats);
+                to_forward |= 1 << i;
                 continue;
             }
             counters.fragments += 1;
             let requests_before = reassembler.counters().requests;
             let outcome = reassembler.on_fragment(key, &header, now);
             if reassembler.counters().requests != requests_before {
-                lock(telemetry).on_arrival(now);
+                telemetry.on_arrival(now);
             }
             let payload = &mbuf.data()[payload_at..];
             match outcome {
@@ -658,12 +663,21 @@ fn fragment_loop<'p>(
                         replies[slot.index()] = None;
                         ledger.clear(slot.index());
                     }
-                    lock(telemetry).on_answer(status, u64::from(latency), now);
+                    telemetry.on_answer(status, u64::from(latency), now);
                 }
                 FragmentOutcome::Duplicate | FragmentOutcome::Late | FragmentOutcome::Malformed => {
                 }
             }
-            // the mbuf is freed here: its bytes are in the slot
+        }
+        if to_forward == 0 {
+            // Every frame's bytes are in their slots: one bulk free.
+            burst.clear();
+        } else {
+            for (i, mbuf) in burst.drain().enumerate() {
+                if to_forward & (1 << i) != 0 {
+                    forward_back(&mut forward, mbuf, stats);
+                } // else freed here
+            }
         }
 
         match backoff.after_poll(got > 0) {
@@ -680,7 +694,7 @@ fn fragment_loop<'p>(
             counters.send_failed +=
                 u64::from(answerer.error(&reply, Status::Internal, latency).is_err());
             ledger.clear(f.slot.index());
-            lock(telemetry).on_answer(Status::Internal, u64::from(latency), now);
+            telemetry.on_answer(Status::Internal, u64::from(latency), now);
         }
     });
     // A clean exit frees the ring for whoever comes next (a no-op if we
@@ -709,7 +723,7 @@ fn recover_from_dead(
     pid: u32,
     answerer: &Answerer,
     reassembler: &mut Reassembler,
-    telemetry: &Mutex<Telemetry>,
+    telemetry: &mut TelemetryWriter<'_>,
     now: u64,
     send_failed: &mut u64,
 ) -> u64 {
@@ -721,7 +735,7 @@ fn recover_from_dead(
     for reply in &held {
         reassembler.mark_answered(&reply.key(), now);
         *send_failed += u64::from(answerer.error(reply, Status::Internal, 0).is_err());
-        lock(telemetry).on_answer(Status::Internal, 0, now);
+        telemetry.on_answer(Status::Internal, 0, now);
     }
     tracing::warn!(
         "kp-if: took over from dead {pid}; answered its {} requests INTERNAL",
@@ -739,9 +753,16 @@ enum Parsed {
     ShedNotice(ReplyTo, FragmentRepr),
 }
 
-/// Parses a frame the if-manager already validated.
-fn parse(frame: &[u8]) -> Option<Parsed> {
-    let udp = parse_udp_frame(frame).ok()?;
+/// Reads a frame the if-manager already validated: at the header lengths
+/// it recorded in the mbuf (no second parse of Ethernet, IPv4 and UDP),
+/// or parsed whole if none were recorded. The kneepoint header is checked
+/// (it also tells a fragment from a shed notice).
+fn parse(mbuf: &dpdk::Mbuf) -> Option<Parsed> {
+    let frame = mbuf.data();
+    let udp = match mbuf.header_lens() {
+        (0, _) | (_, 0) => parse_udp_frame(frame).ok()?,
+        (l2, l3) => udp_frame_at(frame, l2, l3)?,
+    };
     let reply = |header: &FragmentRepr| ReplyTo {
         addr: udp.addr,
         if_id: header.if_id,
@@ -766,11 +787,11 @@ fn inference_loop<'p>(
     ready: &ArrayQueue<Ready<'p>>,
     returned: &ArrayQueue<Returned<'p>>,
     fragments_done: &AtomicBool,
-    telemetry: &Mutex<Telemetry>,
+    mut telemetry: TelemetryWriter<'_>,
     now_ns: &dyn Fn() -> u64,
     ledger: &Ledger,
     span: pool::PoolSpan<'p>,
-    latest_batching: &Mutex<crate::batching::BatchStats>,
+    latest_batching: &SeqCell<{ BatchStats::WORDS }>,
     publish: Option<Publish<'_>>,
 ) -> DriverCounters {
     let mut counters = DriverCounters::default();
@@ -802,21 +823,22 @@ fn inference_loop<'p>(
         arrivals.extend(queue.iter().map(|r| r.first_seen_ns));
         // Shed what can no longer meet its SLO.
         let shed = policy.shed(now, &arrivals);
-        for r in queue.drain(..shed) {
-            let latency = latency_us(r.first_seen_ns, now);
-            counters.send_failed += u64::from(
-                answerer
-                    .error(&r.reply, Status::Overloaded, latency)
-                    .is_err(),
-            );
-            ledger.clear(r.slot.index());
-            lock(telemetry).on_answer(Status::Overloaded, u64::from(latency), now);
-            let _ = returned.push(Returned {
-                slot: r.slot,
-                buf: r.buf,
-            });
-        }
         if shed > 0 {
+            let mut answers = answerer.burst(shed);
+            for r in queue.iter().take(shed) {
+                let latency = latency_us(r.first_seen_ns, now);
+                counters.send_failed += u64::from(
+                    answers
+                        .error(&r.reply, Status::Overloaded, latency)
+                        .is_err(),
+                );
+                telemetry.on_answer(Status::Overloaded, u64::from(latency), now);
+            }
+            counters.send_failed += answers.send() as u64;
+            // Answered (on the TX ring): out of the ledger, slots back.
+            for r in queue.drain(..shed) {
+                finish(ledger, returned, r);
+            }
             continue;
         }
         let n = match policy.decide(now, &arrivals, true) {
@@ -857,7 +879,8 @@ fn inference_loop<'p>(
         let finished = now_ns();
         let exec_ns = finished.saturating_sub(started);
         let mut worst = 0;
-        for (i, r) in batch.drain(..).enumerate() {
+        let mut answers = answerer.burst(n);
+        for (i, r) in batch.iter().enumerate() {
             let latency = latency_us(r.first_seen_ns, finished);
             worst = worst.max(finished.saturating_sub(r.first_seen_ns));
             let (status, sent) = match &result {
@@ -866,27 +889,27 @@ fn inference_loop<'p>(
                     let kk = top_k(row, k, &mut best);
                     (
                         Status::Ok,
-                        answerer.ok(&r.reply, &best[..kk], n as u16, latency),
+                        answers.ok(&r.reply, &best[..kk], n as u16, latency),
                     )
                 }
                 Err(_) => (
                     Status::Internal,
-                    answerer.error(&r.reply, Status::Internal, latency),
+                    answers.error(&r.reply, Status::Internal, latency),
                 ),
             };
             counters.send_failed += u64::from(sent.is_err());
-            ledger.clear(r.slot.index());
-            lock(telemetry).on_answer(status, u64::from(latency), finished);
-            let _ = returned.push(Returned {
-                slot: r.slot,
-                buf: r.buf,
-            });
+            telemetry.on_answer(status, u64::from(latency), finished);
+        }
+        // One bulk allocation (above) and one burst on the TX ring.
+        counters.send_failed += answers.send() as u64;
+        for r in batch.drain(..) {
+            finish(ledger, returned, r);
         }
         if let Err(e) = &result {
             counters.engine_errors += 1;
             tracing::error!("kp-if: inference failed on a batch of {n}: {e}");
         }
-        lock(telemetry).on_batch(n, exec_ns / 1000);
+        telemetry.on_batch(n, exec_ns / 1000);
         let report = policy.on_batch_done(n, exec_ns, worst, finished);
         match report {
             Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,
@@ -896,8 +919,21 @@ fn inference_loop<'p>(
         if let (Some(report), Some(publish)) = (report, publish) {
             publish(&Publication::Provisioning { report });
         }
-        *latest_batching.lock().unwrap_or_else(|p| p.into_inner()) = policy.stats();
+        latest_batching.store(policy.stats().to_words());
     }
+}
+
+/// A request is answered (its answer is on the TX ring): it leaves the
+/// ledger — only now, so that a crash before the answer went out leaves it
+/// to the successor to answer — and its slot goes back to the fragment
+/// thread.
+fn finish<'p>(ledger: &Ledger, returned: &ArrayQueue<Returned<'p>>, r: Ready<'p>) {
+    ledger.clear(r.slot.index());
+    // Cannot be full: it holds at most one entry per slot.
+    let _ = returned.push(Returned {
+        slot: r.slot,
+        buf: r.buf,
+    });
 }
 
 fn idle(backoff: &mut IdleBackoff, did_work: bool) {
@@ -910,10 +946,4 @@ fn idle(backoff: &mut IdleBackoff, did_work: bool) {
 
 fn latency_us(first_seen_ns: u64, now_ns: u64) -> u32 {
     (now_ns.saturating_sub(first_seen_ns) / 1000).min(u64::from(u32::MAX)) as u32
-}
-
-/// Locks `m`; a thread that panicked while holding it left plain numbers,
-/// still good to read and update.
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
