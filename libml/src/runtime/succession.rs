@@ -32,6 +32,13 @@
 //! whether to keep spinning): its methods compare plain fields, allocate
 //! nothing, take no lock and make no system call. It allocates once per
 //! switchover, the forward window's key set, after the spin as before.
+//!
+//! Limits: the machine decides on the mode the driver read at the top of
+//! the poll; a command that moves it meanwhile is acted on at the next
+//! poll, as before. The machine does not hold the mode itself — the
+//! [`ModeCell`] is shared with the control thread and read by telemetry —
+//! so the driver makes the transitions the steps name (`arming` →
+//! `active` or back to `standby`, `yielding` → `draining`, → `done`).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -185,9 +192,9 @@ fn wrong_mode(what: &str, mode: Mode) -> ErrorBody {
 /// command that does not parse). `status` makes the IF's status in a given
 /// mode (the caller knows the pid, the model and the control block).
 ///
-/// It does not spin forever on a lost compare-and-swap: only this thread
-/// moves an IF out of `standby` and `active`, the fragment thread only
-/// onwards (to `done`), so a second decision never asks for the same move.
+/// A lost compare-and-swap is decided again at most once: besides this
+/// thread, only the fragment thread moves an IF out of `standby` or
+/// `active`, and only to `done`, where every command is answered at once.
 pub fn answer_command(
     bytes: &[u8],
     mode: &ModeCell,
