@@ -23,15 +23,14 @@ use kp_if::{engine_for, EngineOverrides};
 use kp_wire::IfId;
 use libml::batching::{BatchConfig, BatchPolicy};
 use libml::engine::EngineConfig;
-use libml::messages::{
-    codes, ErrorBody, IfCommand, IfMessage, IfStatus, Publication, Readiness, ReadyRole,
-};
+use libml::messages::{IfMessage, IfStatus, Publication, Readiness, ReadyRole};
 use libml::model::ModelConfig;
 use libml::names;
 use libml::pool::{InputLayout, InputPool};
 use libml::reassembly::{Reassembler, ReassemblerConfig};
 use libml::runtime::control::ControlClient;
 use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell};
+use libml::runtime::succession::answer_command;
 use libml::runtime::{serve, Answerer, RuntimeConfig, Succession};
 use serde_json::json;
 
@@ -148,7 +147,8 @@ struct IfInfo<'a> {
 }
 
 /// Serves the IF's control socket until the IF is done: one JSON reply to
-/// every request, errors included.
+/// every request, errors included (what each command does is libml's
+/// [`answer_command`]; this is the socket and the status).
 fn serve_control(
     sock: &zmq::Socket,
     mode: &ModeCell,
@@ -156,81 +156,24 @@ fn serve_control(
     ctl: &IfControl,
     info: &IfInfo<'_>,
 ) {
-    while mode.get() != Mode::Done {
-        let Ok(bytes) = sock.recv_bytes(0) else {
-            continue; // the receive timeout: look at the mode again
-        };
-        let reply = control_reply(&bytes, mode, stop, ctl, info);
-        let _ = sock.send(reply.to_string().as_bytes(), 0);
-    }
-}
-
-fn control_reply(
-    bytes: &[u8],
-    mode: &ModeCell,
-    stop: &AtomicBool,
-    ctl: &IfControl,
-    info: &IfInfo<'_>,
-) -> serde_json::Value {
-    let cmd = match IfCommand::parse(bytes) {
-        Ok(cmd) => cmd,
-        Err(e) => return e.reply(),
-    };
-    let status = |mode: &ModeCell| {
+    let status = |mode: Mode| {
         let (switchovers, last_gap_ns) = ctl.switchovers();
         IfStatus {
             pid: std::process::id(),
             if_id: info.if_id,
             model: info.model.to_string(),
-            mode: mode.get().name().to_string(),
+            mode: mode.name().to_string(),
             owner: ctl.owner(),
             switchovers,
             last_gap_ns,
         }
-        .reply()
     };
-    let wrong_mode = |what: &str, mode: &ModeCell| {
-        ErrorBody::new(
-            codes::WRONG_MODE,
-            format!("cannot {what}: the IF is {}", mode.get().name()),
-        )
-        .reply()
-    };
-    match cmd {
-        IfCommand::Status => status(mode),
-        IfCommand::Activate => {
-            if mode.transition(Mode::Standby, Mode::Arming)
-                || matches!(mode.get(), Mode::Arming | Mode::Active)
-            {
-                // Reply once the fragment thread spins for the ring (it may
-                // be in the middle of a standby nap): the gap the owner's
-                // `yield` opens is then the handover alone.
-                let deadline = std::time::Instant::now() + Duration::from_secs(1);
-                while mode.get() == Mode::Arming
-                    && !mode.is_spinning()
-                    && std::time::Instant::now() < deadline
-                {
-                    std::thread::sleep(Duration::from_micros(20));
-                }
-                status(mode)
-            } else {
-                wrong_mode("activate", mode)
-            }
-        }
-        IfCommand::Yield => {
-            if !mode.transition(Mode::Active, Mode::Yielding) {
-                return wrong_mode("yield", mode);
-            }
-            let deadline = std::time::Instant::now() + Duration::from_secs(2);
-            while mode.get() == Mode::Yielding && std::time::Instant::now() < deadline {
-                std::thread::sleep(Duration::from_micros(50));
-            }
-            status(mode)
-        }
-        IfCommand::Stop => {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
-            json!({ "ok": true })
-        }
+    while mode.get() != Mode::Done {
+        let Ok(bytes) = sock.recv_bytes(0) else {
+            continue; // the receive timeout: look at the mode again
+        };
+        let reply = answer_command(&bytes, mode, stop, status);
+        let _ = sock.send(reply.to_string().as_bytes(), 0);
     }
 }
 

@@ -440,7 +440,8 @@ impl Ledger {
 }
 
 /// Where an IF stands in the succession of its ring (shared between its
-/// fragment thread and its control thread).
+/// fragment thread and its control thread). Which transitions each thread
+/// makes, and when, is decided in [`super::succession`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Mode {

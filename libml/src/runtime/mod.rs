@@ -40,6 +40,7 @@
 mod answer;
 pub mod control;
 pub mod handover;
+pub mod succession;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -50,7 +51,12 @@ use dpdk::{MbufBurst, Ring};
 use serde_json::{json, Value};
 
 pub use answer::{Answerer, ReplyTo, SendError};
-use handover::{IfControl, Ledger, Mode, ModeCell, Taken};
+use handover::{IfControl, Ledger, Mode, ModeCell};
+pub use succession::NO_TRAFFIC_GRACE;
+use succession::{
+    handover_keys, ArmWait, Flow, Forward, Held, MachineConfig, ModeMachine, Step, SuccessionStats,
+    TickView, TookOver, ARMING_SLEEP, STANDBY_NAP,
+};
 
 use crate::backoff::{IdleAction, IdleBackoff};
 use crate::batching::{BatchPolicy, BatchStats, Decision, ProvisioningReport};
@@ -72,28 +78,6 @@ pub const MAX_TOP_K: usize = 64;
 /// frames to forward in a `u32`).
 const BURST: usize = 32;
 const _: () = assert!(BURST <= 32);
-
-/// How often the fragment thread checks for expired requests and returned
-/// slots, in polls (and after every sleep).
-const TICK_EVERY: u32 = 32;
-
-/// How long a parked shadow sleeps between looks at its mode.
-const STANDBY_NAP: Duration = Duration::from_millis(2);
-/// Polls of the owner word an arming successor spins before it sleeps on
-/// the release futex (tens of microseconds).
-const ARMING_SPINS: u32 = 2_000;
-
-/// How long an armed shadow spins for the ring before it parks again (the
-/// active it was to succeed never yielded).
-const ARMING_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// How long a yielded IF keeps its hand-back ring after its successor's
-/// forwarding deadline.
-const HANDBACK_MARGIN: Duration = Duration::from_millis(50);
-
-/// With `exit_when_idle`, how long to wait for the very first fragment (the
-/// if-manager holds RX until every IF of a replay has loaded its model).
-pub const NO_TRAFFIC_GRACE: Duration = Duration::from_secs(30);
 
 /// What the driver runs with.
 #[derive(Debug)]
@@ -313,35 +297,9 @@ pub fn serve(
     })
 }
 
-/// The fragment thread's view of the ring's succession, and what it did.
-#[derive(Debug, Default)]
-struct SuccessionStats {
-    /// How it came to own the ring: "free", "handed", "from_dead".
-    taken: Option<&'static str>,
-    /// From the predecessor's release to our first dequeue.
-    gap_ns: Option<u64>,
-    handed_in_flight: usize,
-    handed_answered: usize,
-    /// Fragments of the predecessor's requests sent back to it.
-    forwarded: u64,
-    /// ... that its hand-back ring had no room for.
-    forward_lost: u64,
-    /// Requests of a dead predecessor answered INTERNAL.
-    recovered: u64,
-    /// We yielded the ring to a successor.
-    yielded: bool,
-    /// We found someone else owning the ring while active, and stopped.
-    lost_ownership: bool,
-}
-
-/// Fragments of a predecessor's in-flight requests, sent back to it.
-struct Forward {
-    from_pid: u32,
-    keys: std::collections::HashSet<RequestKey>,
-    until_ns: u64,
-    ring: Option<Ring>,
-}
-
+/// The fragment thread: a driver around the [`ModeMachine`] — it makes the
+/// ring, shared-memory and clock calls each [`Step`] names — and around the
+/// [`Reassembler`], for each burst of fragments.
 #[allow(clippy::too_many_arguments)]
 fn fragment_loop<'p>(
     cfg: &RuntimeConfig,
@@ -363,28 +321,23 @@ fn fragment_loop<'p>(
     let ledger = succession.ledger;
     let mut burst = MbufBurst::<BURST>::new();
     let mut backoff = IdleBackoff::new(cfg.busy_poll);
-    let mut last_fragment_ns = now_ns();
-    let mut now = last_fragment_ns;
-    let mut polls = 0u32;
+    let mut now = now_ns();
+    let mut machine = ModeMachine::<Ring>::new(
+        MachineConfig {
+            me,
+            exit_when_idle: cfg.exit_when_idle,
+            grace: succession.grace,
+        },
+        now,
+    );
     // Reply addressing of the request in each slot (for INCOMPLETE).
     let mut replies: Vec<Option<ReplyTo>> = vec![None; slots.len()];
     // Where fragments come from: our ring, or our hand-back ring once we
     // yielded it.
     let mut source = ring;
-    let mut forward: Option<Forward> = None;
-    let mut drain_until: Option<u64> = None;
-    let mut first_dequeue_pending: Option<u64> = None;
-    let mut arming_since: Option<u64> = None;
-    let mut arming_spins = 0u32;
-    // The current owner's hand-back ring, looked up while arming: a memzone
-    // lookup takes DPDK's shared memory lock, which another process can hold
-    // for seconds (a heap growing syncs every process's memory map), so it
-    // must not happen on the data path once we serve.
-    let mut owner_handback: Option<(u32, Option<Ring>)> = None;
     loop {
-        polls = polls.wrapping_add(1);
         let mode = succession.mode.get();
-        if polls.is_multiple_of(TICK_EVERY) || backoff.is_sleeping() || mode != Mode::Active {
+        if machine.poll_is_tick(mode, backoff.is_sleeping()) {
             now = now_ns();
             while let Some(r) = returned.pop() {
                 let _ = reassembler.release(r.slot);
@@ -399,108 +352,38 @@ fn fragment_loop<'p>(
                     telemetry.on_answer(e.status(), u64::from(latency), now);
                 }
             });
-            if forward.as_ref().is_some_and(|f| now >= f.until_ns) {
-                forward = None; // the predecessor is done with them
-            }
-            if stop.load(Ordering::Relaxed) {
+            let seen = TickView {
+                stop: stop.load(Ordering::Relaxed),
+                fragments: counters.fragments,
+                held: held(reassembler),
+            };
+            if let Flow::Stop(_) = machine.tick(mode, now, seen) {
                 break;
-            }
-            if let (Some(idle), Mode::Active) = (cfg.exit_when_idle, mode) {
-                // Before the first fragment the if-manager may still be
-                // waiting for other IFs to load their models: be patient.
-                let idle = if counters.fragments == 0 {
-                    idle.max(NO_TRAFFIC_GRACE)
-                } else {
-                    idle
-                };
-                let quiet = now.saturating_sub(last_fragment_ns) >= idle.as_nanos() as u64;
-                if quiet && reassembler.in_flight() == 0 && reassembler.handed() == 0 {
-                    break;
-                }
             }
         }
 
-        match mode {
-            Mode::Standby => {
+        match machine.step(mode, now, held(reassembler)) {
+            Step::Nap => {
                 // Parked: no CPU to speak of until told to arm.
                 std::thread::sleep(STANDBY_NAP);
                 continue;
             }
-            Mode::Arming => {
-                let seq = succession.control.release_seq();
-                let owner = succession.control.owner();
-                if owner != 0
-                    && owner != me
-                    && owner_handback.as_ref().is_none_or(|(p, _)| *p != owner)
-                {
-                    let ring = Ring::lookup(&crate::names::handback_ring(owner)).ok();
-                    owner_handback = Some((owner, ring));
-                }
-                // Ready to take it (`activate` replies now, and then the
-                // orchestrator asks the owner to yield).
-                succession.mode.mark_spinning();
-                let Some(taken) = succession.control.try_take(me) else {
-                    let since = *arming_since.get_or_insert(now);
-                    if now.saturating_sub(since) > ARMING_TIMEOUT.as_nanos() as u64 {
-                        tracing::warn!(
-                            "kp-if: the ring's owner did not yield within {ARMING_TIMEOUT:?}; parked again"
-                        );
-                        succession.mode.transition(Mode::Arming, Mode::Standby);
-                        arming_since = None;
-                        arming_spins = 0;
-                    }
-                    // Spin a little (a core of our own: the release is seen
-                    // within a microsecond), then sleep on the release
-                    // futex: on a shared core a spinner is scheduled last,
-                    // a woken sleeper first. The timeout bounds how late a
-                    // dead owner is noticed.
-                    arming_spins += 1;
-                    if arming_spins < ARMING_SPINS {
-                        std::hint::spin_loop();
-                    } else {
-                        succession
-                            .control
-                            .wait_for_release(seq, Duration::from_millis(1));
-                    }
+            Step::Arm => {
+                let Some(taken) = arm(&mut machine, succession, me, now) else {
                     continue;
                 };
                 now = now_ns();
-                match taken {
-                    Taken::Free => stats.taken = Some("free"),
-                    Taken::Handed(h) => {
-                        stats.taken = Some("handed");
-                        stats.handed_in_flight = h.in_flight.len();
-                        stats.handed_answered = h.answered.len();
-                        first_dequeue_pending = Some(h.released_ns);
-                        for key in h.in_flight.iter().chain(&h.answered) {
-                            reassembler.mark_answered(key, now);
-                        }
-                        if !h.in_flight.is_empty() {
-                            let left = (h.released_ns + h.grace_ns)
-                                .saturating_sub(kp_os::affinity::monotonic_ns());
-                            let ring = match owner_handback.take() {
-                                Some((pid, ring)) if pid == h.from_pid => ring,
-                                _ => None, // looked up at the first fragment
-                            };
-                            forward = Some(Forward {
-                                from_pid: h.from_pid,
-                                keys: h.in_flight.iter().copied().collect(),
-                                until_ns: now + left,
-                                ring,
-                            });
-                        }
-                    }
-                    Taken::FromDead(pid) => {
-                        stats.taken = Some("from_dead");
-                        stats.recovered = recover_from_dead(
-                            pid,
-                            answerer,
-                            reassembler,
-                            telemetry,
-                            now,
-                            &mut counters.send_failed,
-                        );
-                    }
+                let mark_answered = |key: &RequestKey| reassembler.mark_answered(key, now);
+                let took = machine.took(taken, now, mark_answered, kp_os::affinity::monotonic_ns);
+                if let TookOver::FromDead(pid) = took {
+                    machine.count_recovered(recover_from_dead(
+                        pid,
+                        answerer,
+                        reassembler,
+                        telemetry,
+                        now,
+                        &mut counters.send_failed,
+                    ));
                 }
                 // A parked shadow served nothing (what it answered for a
                 // dead predecessor, just now, counts): run time and rates
@@ -508,68 +391,35 @@ fn fragment_loop<'p>(
                 telemetry.restart_clock(now);
                 succession.mode.transition(Mode::Arming, Mode::Active);
             }
-            Mode::Active => {
-                if succession.control.owner() != me {
-                    tracing::warn!("kp-if: the ring was taken from us; stopping");
-                    stats.lost_ownership = true;
+            Step::Serve => {
+                if let Flow::Stop(_) = machine.owner_seen(succession.control.owner()) {
                     break;
                 }
             }
-            Mode::Yielding => {
+            Step::HandOver => {
                 now = now_ns();
-                let in_flight = reassembler.in_flight_keys();
-                let answered: Vec<RequestKey> = {
-                    let mine: std::collections::HashSet<_> = in_flight.iter().collect();
-                    reassembler
-                        .answered_keys(now)
-                        .into_iter()
-                        .filter(|k| !mine.contains(k))
-                        .collect()
-                };
-                let grace = succession.grace.as_nanos() as u64;
-                if succession.control.release_with_handover(
-                    me,
-                    &in_flight,
-                    &answered,
-                    grace,
-                    kp_os::affinity::monotonic_ns(),
-                ) {
-                    stats.yielded = true;
+                let released = hand_over(&machine, succession, reassembler, me, now);
+                if released {
                     source = succession.handback;
                     // The release woke the successor: if it shares our
                     // core, let it run now rather than at our next slice.
                     std::thread::yield_now();
-                    // A margin past the successor's forwarding deadline:
-                    // it must be done with our hand-back ring before we go.
-                    drain_until = Some(now + grace + HANDBACK_MARGIN.as_nanos() as u64);
                 }
-                forward = None;
+                let flow = machine.handed_over(released, now);
                 succession.mode.set(Mode::Draining);
-                if drain_until.is_none() {
+                if let Flow::Stop(_) = flow {
                     break; // we did not own it: nothing to finish
                 }
             }
-            Mode::Draining => {
-                if drain_until.is_some_and(|t| now >= t)
-                    && reassembler.in_flight() == 0
-                    && reassembler.handed() == 0
-                {
-                    break;
-                }
-            }
-            Mode::Done => break,
+            Step::Poll => {}
+            Step::Stop(_) => break,
         }
 
-        if let Some(released_ns) = first_dequeue_pending.take() {
-            let taken_ns = kp_os::affinity::monotonic_ns();
-            let gap = taken_ns.saturating_sub(released_ns);
-            stats.gap_ns = Some(gap);
+        if let Some((gap, taken_ns)) = machine.switchover_gap(kp_os::affinity::monotonic_ns) {
             succession.control.record_switchover(gap, taken_ns);
         }
         let got = source.dequeue_burst(&mut burst);
-        if got > 0 {
-            last_fragment_ns = now;
-        }
+        machine.dequeued(got, now);
         // The frames are read in place; those of a predecessor's requests
         // are marked here and sent back below, the rest freed in bulk.
         let mut to_forward = 0u32;
@@ -577,10 +427,7 @@ fn fragment_loop<'p>(
             let (reply, header, payload_at) = match parse(mbuf) {
                 Some(Parsed::Fragment(reply, header, payload_at)) => (reply, header, payload_at),
                 Some(Parsed::ShedNotice(reply, header)) => {
-                    if forward
-                        .as_ref()
-                        .is_some_and(|f| f.keys.contains(&reply.key()))
-                    {
+                    if machine.forward_to(&reply.key()).is_some() {
                         to_forward |= 1 << i;
                         continue;
                     }
@@ -616,7 +463,7 @@ fn fragment_loop<'p>(
                 }
             };
             let key = reply.key();
-            if forward.as_ref().is_some_and(|f| f.keys.contains(&key)) {
+            if machine.forward_to(&key).is_some() {
                 to_forward |= 1 << i;
                 continue;
             }
@@ -674,9 +521,19 @@ fn fragment_loop<'p>(
             burst.clear();
         } else {
             for (i, mbuf) in burst.drain().enumerate() {
-                if to_forward & (1 << i) != 0 {
-                    forward_back(&mut forward, mbuf, stats);
-                } // else freed here
+                if to_forward & (1 << i) == 0 {
+                    continue; // freed here
+                }
+                let key = match parse(&mbuf) {
+                    Some(Parsed::Fragment(reply, ..) | Parsed::ShedNotice(reply, ..)) => {
+                        reply.key()
+                    }
+                    None => continue,
+                };
+                if let Some(back) = machine.forward_to(&key) {
+                    let sent = forward_back(back, mbuf);
+                    machine.count_forward(sent);
+                }
             }
         }
 
@@ -701,20 +558,79 @@ fn fragment_loop<'p>(
     // yielded it or never had it).
     succession.control.release(me);
     succession.mode.set(Mode::Done);
+    *stats = machine.into_stats();
 }
 
-/// Sends a fragment of a request our predecessor holds back to it.
-fn forward_back(forward: &mut Option<Forward>, mbuf: dpdk::Mbuf, stats: &mut SuccessionStats) {
-    let Some(f) = forward.as_mut() else { return };
+/// One poll of an arming IF: looks up a new owner's hand-back ring, says
+/// it spins, and takes the ring if it is free (or its owner dead); if not,
+/// spins, sleeps on the release futex or parks again, as the machine says.
+/// This is the switchover's hot path: nothing here allocates, locks or
+/// makes a system call but the futex sleep once spinning is over.
+#[inline]
+fn arm(
+    machine: &mut ModeMachine<Ring>,
+    succession: &Succession<'_>,
+    me: u32,
+    now: u64,
+) -> Option<handover::Taken> {
+    // Read before `try_take`, so that a release in between is not missed.
+    let seq = succession.control.release_seq();
+    machine.watch_owner(succession.control.owner(), |pid| {
+        Ring::lookup(&crate::names::handback_ring(pid)).ok()
+    });
+    // Ready to take it (`activate` replies now, and then the orchestrator
+    // asks the owner to yield).
+    succession.mode.mark_spinning();
+    let taken = succession.control.try_take(me);
+    if taken.is_none() {
+        match machine.not_taken(now) {
+            ArmWait::Spin => std::hint::spin_loop(),
+            ArmWait::Sleep => succession.control.wait_for_release(seq, ARMING_SLEEP),
+            ArmWait::ParkAgain => {
+                succession.mode.transition(Mode::Arming, Mode::Standby);
+            }
+        }
+    }
+    taken
+}
+
+/// Releases the ring to our successor with the keys of the requests we
+/// hold and of those we answered recently; false if it was not ours.
+fn hand_over(
+    machine: &ModeMachine<Ring>,
+    succession: &Succession<'_>,
+    reassembler: &Reassembler,
+    me: u32,
+    now: u64,
+) -> bool {
+    let (in_flight, answered) =
+        handover_keys(reassembler.in_flight_keys(), reassembler.answered_keys(now));
+    succession.control.release_with_handover(
+        me,
+        &in_flight,
+        &answered,
+        machine.grace_ns(),
+        kp_os::affinity::monotonic_ns(),
+    )
+}
+
+/// What the reassembler holds, as the mode machine sees it.
+fn held(reassembler: &Reassembler) -> Held {
+    Held {
+        in_flight: reassembler.in_flight(),
+        handed: reassembler.handed(),
+    }
+}
+
+/// Sends a fragment of a request our predecessor holds back to it; false
+/// if it was lost (no hand-back ring, or it was full).
+fn forward_back(f: &mut Forward<Ring>, mbuf: dpdk::Mbuf) -> bool {
     if f.ring.is_none() {
         // Not found while arming (the owner changed meanwhile): looked up
         // at the first fragment to forward.
         f.ring = Ring::lookup(&crate::names::handback_ring(f.from_pid)).ok();
     }
-    match f.ring.as_ref().map(|r| r.enqueue(mbuf)) {
-        Some(Ok(())) => stats.forwarded += 1,
-        _ => stats.forward_lost += 1,
-    }
+    f.ring.as_ref().is_some_and(|r| r.enqueue(mbuf).is_ok())
 }
 
 /// Answers INTERNAL every request a dead predecessor (`pid`) held, from its
