@@ -583,15 +583,6 @@ def analyse(out: str) -> str:
 
 # --- command line ---------------------------------------------------------------------
 
-def number(s: str):
-    """An int where the script's setting is one, else a float (as the
-    values were written into meta.json before)."""
-    try:
-        return int(s)
-    except ValueError:
-        return float(s)
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -603,7 +594,7 @@ def parser() -> argparse.ArgumentParser:
     for name in ("if-id", "max-batch", "concurrency", "threads", "if-manager-cpu", "kp-if-cpu", "client-cpu", "tcpdump"):
         m.add_argument(f"--{name}", type=int, required=True)
     for name in ("duration-s", "long-duration-s", "warmup-s", "engine-seconds", "slo-ms", "load-fraction"):
-        m.add_argument(f"--{name}", type=number, required=True)
+        m.add_argument(f"--{name}", type=host.number, required=True)
     m.add_argument("--busy-poll", required=True, help="1: both DPDK processes ran with --busy-poll")
     s = sub.add_parser("machine", help="a machine.jsonl line")
     s.add_argument("label")

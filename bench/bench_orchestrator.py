@@ -373,15 +373,6 @@ def write_json(path: str, value) -> None:
 
 # --- command line ----------------------------------------------------------------------
 
-def number(s: str):
-    """An int where the script's setting is one, else a float (as the
-    values were written into meta.json before)."""
-    try:
-        return int(s)
-    except ValueError:
-        return float(s)
-
-
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -395,9 +386,9 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--if-manager-cpu", type=int, required=True)
     for name in ("switchovers", "settle-s", "concurrency", "chunk-s", "conv-duration-s", "tuning-period-ms",
                  "hold-down-s", "min-step-pct", "stable-k"):
-        m.add_argument(f"--{name}", type=number, required=True)
+        m.add_argument(f"--{name}", type=host.number, required=True)
     for i in ("if1", "if5"):
-        m.add_argument(f"--{i}", type=number, nargs=3, metavar=("SHARE", "SLO_MS", "RATE"), required=True)
+        m.add_argument(f"--{i}", type=host.number, nargs=3, metavar=("SHARE", "SLO_MS", "RATE"), required=True)
     for name in ("switchover", "convergence"):
         sub.add_parser(name, help=f"DIR's {name} results").add_argument("dir")
     sub.add_parser("summary", help="the markdown summary of OUT").add_argument("out")

@@ -9,6 +9,15 @@ from __future__ import annotations
 import subprocess
 
 
+def number(s: str):
+    """An int where the script's setting is one, else a float (as the
+    values were written into meta.json before)."""
+    try:
+        return int(s)
+    except ValueError:
+        return float(s)
+
+
 def cpu_model(cpuinfo: str) -> str:
     """The first "model name" of /proc/cpuinfo; "" when there is none."""
     cpu = [l.split(":", 1)[1].strip() for l in cpuinfo.splitlines(True) if l.startswith("model name")]

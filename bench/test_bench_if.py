@@ -293,10 +293,10 @@ class Rates(unittest.TestCase):
         self.assertEqual(bench_if.offered_rate(0.9, 0.5), 0.5)
 
     def test_settings_keep_ints_as_ints(self):
-        self.assertEqual(repr(bench_if.number("20")), "20")
-        self.assertEqual(repr(bench_if.number("2.5")), "2.5")
+        self.assertEqual(repr(host.number("20")), "20")
+        self.assertEqual(repr(host.number("2.5")), "2.5")
         with self.assertRaises(ValueError):
-            bench_if.number("twenty")
+            host.number("twenty")
 
 
 if __name__ == "__main__":

@@ -94,31 +94,10 @@ impl Answerer {
         }
     }
 
-    /// Sends an error answer (type 3) with `status`.
+    /// Sends an error answer (type 3) with `status`, alone (the fragment
+    /// thread's rare rejections; a batch's go through [`Self::burst`]).
     pub fn error(&self, to: &ReplyTo, status: Status, latency_us: u32) -> Result<(), SendError> {
-        let repr = ResponseRepr::error(to.if_id, to.request_id, to.send_ts_ns, status, latency_us);
-        self.send(to, &repr)
-    }
-
-    /// Sends an OK response (type 2) with the top-k results.
-    pub fn ok(
-        &self,
-        to: &ReplyTo,
-        results: &[(u32, f32)],
-        batch_size: u16,
-        latency_us: u32,
-    ) -> Result<(), SendError> {
-        let repr = ResponseRepr {
-            msg_type: MsgType::Response,
-            if_id: to.if_id,
-            request_id: to.request_id,
-            send_ts_ns: to.send_ts_ns,
-            status: Status::Ok,
-            batch_size,
-            latency_us,
-            results: &results[..results.len().min(MAX_RESULTS)],
-        };
-        self.send(to, &repr)
+        self.send(to, &error_repr(to, status, latency_us))
     }
 
     fn send(&self, to: &ReplyTo, repr: &ResponseRepr<'_>) -> Result<(), SendError> {
@@ -126,6 +105,11 @@ impl Answerer {
         build(&mut mbuf, to, repr)?;
         self.tx.enqueue(mbuf).map_err(|_| SendError::RingFull)
     }
+}
+
+/// The error answer (type 3) with `status` to `to`.
+fn error_repr(to: &ReplyTo, status: Status, latency_us: u32) -> ResponseRepr<'static> {
+    ResponseRepr::error(to.if_id, to.request_id, to.send_ts_ns, status, latency_us)
 }
 
 /// Writes the answer `repr` to `to` into the fresh `mbuf`.
@@ -160,8 +144,7 @@ impl AnswerBurst<'_> {
         status: Status,
         latency_us: u32,
     ) -> Result<(), SendError> {
-        let repr = ResponseRepr::error(to.if_id, to.request_id, to.send_ts_ns, status, latency_us);
-        self.add(to, &repr)
+        self.add(to, &error_repr(to, status, latency_us))
     }
 
     /// Adds an OK response (type 2) with the top-k results.
