@@ -57,6 +57,21 @@
 //! sends once per round after the exits and readiness it saw; so a spawn
 //! that keeps failing is retried once a round, never in a loop.
 //!
+//! # Limits (kept from the daemon as it was)
+//!
+//! - An active that dies at once is replaced at once, every round: there
+//!   is no back-off for a binary that crashes on start.
+//! - An IF whose replacement active cannot be spawned stays without one
+//!   (status `failed`, with the reason) until it is re-provisioned or
+//!   retired; one whose active is not redeployed after a platform restart
+//!   stays `starting`.
+//! - A fail-over during a re-provision marks the IF `starting`, which
+//!   replaces `switching`; the re-provision goes on once the new active
+//!   serves, no longer marked busy.
+//!
+//! One change: an if-manager that is ready again after `shutdown` redeploys
+//! nothing (it did, and those IFs then kept shutdown from ending).
+//!
 //! Messages for operators are logged here with `tracing` (their texts are
 //! what the cross-process tests and scripts look for); those that need a
 //! live process's output (a kill's last words) are the driver's.
