@@ -2,10 +2,23 @@
 //! processes, driven towards the desired state.
 //!
 //! One thread runs [`Daemon::run`]: every few milliseconds it serves at most
-//! one control request ([`crate::control`]), reaps and replaces processes
-//! that died, moves switchovers along, reads telemetry, and once a tuning
-//! period runs GSLICE's loop ([`crate::tuning`], [`crate::alloc`]). Nothing
-//! in it waits long: a process start is a state it polls.
+//! one control request ([`crate::control`]), looks at its processes (which
+//! exited, which are ready), reads telemetry, and once a tuning period runs
+//! GSLICE's loop ([`crate::tuning`], [`crate::alloc`]). Nothing in it waits
+//! long: a process start is a state it polls.
+//!
+//! # Who decides, who does
+//!
+//! What happens to the processes — shadows, switchovers, fail-over, the
+//! start timeout, a platform restart, retire, shutdown — is decided by
+//! [`crate::lifecycle`], a state machine that performs nothing (its module
+//! documentation has the rules). This module is its driver: it turns
+//! control requests and what it sees of the processes into
+//! [`Event`]s, and carries out the [`Action`]s that come back — spawning
+//! `kp-if` processes, `activate` and `yield` requests to IFs, signals,
+//! the busy marks of the desired state, unregistering at the if-manager —
+//! feeding each result straight back. It owns the real processes, by the
+//! machine's [`ProcId`]s, until they have exited.
 //!
 //! # Processes per IF
 //!
@@ -39,7 +52,7 @@
 //! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` and the MPS control daemon is started
 //! if installed; without a GPU the daemon says so once and uses cores.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -58,6 +71,10 @@ use crate::control::{
     StatusReport, StatusRow,
 };
 use crate::lcores::{LcoreIds, LcoreLease};
+use crate::lifecycle::{
+    Action, Busy, Event, Exit, IfView, KillReason, Lifecycle, LifecycleError, ProcId, Spec,
+    SHUTDOWN_GRACE, START_TIMEOUT,
+};
 use crate::process::{if_request, log_line, request, Proc, ReadyPipe};
 use crate::topology::{NicHint, Topology};
 use crate::tuning::{Observation, ShareTuner, TuningConfig};
@@ -65,26 +82,6 @@ use crate::tuning::{Observation, ShareTuner, TuningConfig};
 /// How long an IF's control socket may take to answer (a starved machine
 /// can take seconds to schedule a parked process).
 const IF_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long after a switchover an IF's telemetry is not acted on: its new
-/// process's first rate windows are not yet its steady state.
-const WARM_UP: Duration = Duration::from_secs(3);
-/// How long a process may take to say it is ready (model load included).
-const START_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long IF processes get to finish and exit after `shutdown` (SIGTERM)
-/// before they are killed: an IF answers what it holds within its
-/// reassembly timeout and a batch, well under this; one that has not exited
-/// by then is stuck, and shutdown must not wait on it forever.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-
-/// What one `kp-if` process runs with.
-#[derive(Clone, Debug, PartialEq)]
-struct Spec {
-    model: String,
-    binary: PathBuf,
-    slo_ms: f64,
-    share_pct: f64,
-    cores: Vec<usize>,
-}
 
 /// One `kp-if` process.
 #[derive(Debug)]
@@ -96,69 +93,25 @@ struct IfProc {
     _lcore: LcoreLease,
     listen: String,
     telemetry: String,
-    spec: Spec,
+    /// Its readiness was told to the life cycle.
+    ready_told: bool,
 }
 
-/// A re-provision in progress.
+/// What the daemon measures of one IF and how it tunes it.
 #[derive(Debug)]
-struct Switch {
-    /// The new shadow; `None` while it waits for its turn to start.
-    pending: Option<IfProc>,
-    spec: Spec,
-    why: String,
-}
-
-/// What the daemon knows of one IF at run time.
-#[derive(Debug)]
-struct IfRuntime {
-    active: Option<IfProc>,
-    shadow: Option<IfProc>,
-    switch: Option<Switch>,
+struct IfTelemetry {
     tuner: ShareTuner,
     /// The active's latest statistics and batching state.
     metrics: Option<(TelemetrySnapshot, BatchStats)>,
     report: Option<ProvisioningReport>,
-    gaps_ns: Vec<u64>,
-    failovers: u64,
-    reason: Option<String>,
-    /// No tuning on its telemetry before this (a new process warming up).
-    warm_until: Option<Instant>,
 }
 
-impl IfRuntime {
-    /// Its processes: the active, the shadow, a re-provision's new one.
-    fn procs(&self) -> impl Iterator<Item = &IfProc> {
-        [
-            self.active.as_ref(),
-            self.shadow.as_ref(),
-            self.switch.as_ref().and_then(|s| s.pending.as_ref()),
-        ]
-        .into_iter()
-        .flatten()
-    }
-
-    /// [`IfRuntime::procs`], mutably.
-    fn procs_mut(&mut self) -> impl Iterator<Item = &mut IfProc> {
-        [
-            self.active.as_mut(),
-            self.shadow.as_mut(),
-            self.switch.as_mut().and_then(|s| s.pending.as_mut()),
-        ]
-        .into_iter()
-        .flatten()
-    }
-
-    /// Takes all its processes out (retire, shutdown, a platform restart);
-    /// a pending re-provision is dropped with them.
-    fn take_procs(&mut self) -> impl Iterator<Item = IfProc> {
-        [
-            self.active.take(),
-            self.shadow.take(),
-            self.switch.take().and_then(|s| s.pending),
-        ]
-        .into_iter()
-        .flatten()
-    }
+/// The if-manager process, and what was told of it.
+#[derive(Debug)]
+struct IfManagerProc {
+    proc: Proc,
+    exit_told: bool,
+    ready_told: bool,
 }
 
 /// The daemon.
@@ -166,14 +119,16 @@ pub struct Daemon {
     cfg: PlatformConfig,
     runtime_dir: PathBuf,
     ifm_control: String,
-    ifm: Option<Proc>,
+    /// The if-manager (the last one started, dead or alive).
+    ifm: Option<IfManagerProc>,
     state: DesiredState,
     models: ModelCatalog,
-    ifs: BTreeMap<u16, IfRuntime>,
-    /// Old actives finishing what they hold, retired IFs' processes.
-    leaving: Vec<(u16, IfProc)>,
-    /// IFs retired whose processes are still leaving (then unregistered).
-    retiring: Vec<u16>,
+    /// What happens to the IF processes.
+    lifecycle: Lifecycle,
+    /// Every IF process not yet seen exited: actives, shadows, leaving.
+    procs: BTreeMap<ProcId, IfProc>,
+    /// Per deployed IF (until it is unregistered).
+    telemetry_of: BTreeMap<u16, IfTelemetry>,
     cores: Vec<usize>,
     gpu: bool,
     allocator: ShareAllocator,
@@ -184,13 +139,8 @@ pub struct Daemon {
     decisions: Option<File>,
     clock: Instant,
     last_tuning: Instant,
-    platform_restarts: u64,
     /// Telemetry messages that did not parse as an [`IfMessage`].
     telemetry_rejected: u64,
-    /// Since when the if-manager is being restarted.
-    ifm_restarting: Option<Instant>,
-    /// Since when it is shutting down (processes killed after the grace).
-    shutdown_since: Option<Instant>,
     /// The machine as hwloc sees it, for status.
     topology: Value,
 }
@@ -199,7 +149,7 @@ impl std::fmt::Debug for Daemon {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Daemon")
             .field("runtime_dir", &self.runtime_dir)
-            .field("ifs", &self.ifs.keys().collect::<Vec<_>>())
+            .field("ifs", &self.lifecycle.if_ids().collect::<Vec<_>>())
             .finish_non_exhaustive()
     }
 }
@@ -258,9 +208,9 @@ impl Daemon {
             ifm: None,
             state: DesiredState::new(kp_if),
             models,
-            ifs: BTreeMap::new(),
-            leaving: Vec::new(),
-            retiring: Vec::new(),
+            lifecycle: Lifecycle::new(),
+            procs: BTreeMap::new(),
+            telemetry_of: BTreeMap::new(),
             cores,
             gpu,
             allocator: ShareAllocator::new(AllocConfig::default())?,
@@ -271,10 +221,7 @@ impl Daemon {
             decisions: None,
             clock: Instant::now(),
             last_tuning: Instant::now(),
-            platform_restarts: 0,
             telemetry_rejected: 0,
-            ifm_restarting: None,
-            shutdown_since: None,
             topology: topology_summary,
             cfg,
         };
@@ -336,11 +283,8 @@ impl Daemon {
                 tracing::warn!("orchestrator: control socket: {e}");
             }
             self.step();
-            if self.state.is_shutting_down() {
-                if self.all_ifs_gone() {
-                    return self.finish();
-                }
-                self.kill_stragglers();
+            if self.state.is_shutting_down() && self.lifecycle.all_gone() {
+                return self.finish();
             }
         }
     }
@@ -348,12 +292,7 @@ impl Daemon {
     /// One round of housekeeping (also used while starting).
     fn step(&mut self) {
         self.read_telemetry();
-        self.reap();
-        let ids: Vec<u16> = self.ifs.keys().copied().collect();
-        for id in ids {
-            self.progress(id);
-        }
-        self.reap_leaving();
+        self.observe();
         if self.cfg.platform.tuning
             && !self.state.is_shutting_down()
             && self.last_tuning.elapsed()
@@ -370,10 +309,9 @@ impl Daemon {
         loop {
             self.step();
             let busy: Vec<u16> = self
-                .ifs
-                .keys()
-                .copied()
-                .filter(|id| self.state.busy(*id).is_some())
+                .lifecycle
+                .if_ids()
+                .filter(|id| self.view(*id).is_some_and(|v| v.busy.is_some()))
                 .collect();
             if busy.is_empty() {
                 return Ok(());
@@ -381,15 +319,245 @@ impl Daemon {
             if Instant::now() > deadline {
                 anyhow::bail!("IFs {busy:?} did not start within {timeout:?}");
             }
-            if let Some(r) = busy.iter().find_map(|id| self.ifs[id].reason.clone()) {
+            if let Some(r) = busy
+                .iter()
+                .find_map(|id| self.view(*id).and_then(|v| v.reason))
+            {
                 anyhow::bail!("{r}");
             }
             std::thread::sleep(Duration::from_millis(10));
         }
     }
 
+    /// The life cycle's clock: time since the daemon started.
+    fn now(&self) -> Duration {
+        self.clock.elapsed()
+    }
+
     fn now_ns(&self) -> u64 {
-        self.clock.elapsed().as_nanos() as u64
+        self.now().as_nanos() as u64
+    }
+
+    fn view(&self, if_id: u16) -> Option<IfView<'_>> {
+        self.lifecycle.view(if_id)
+    }
+
+    // ---------------------------------------------------------------------
+    // Driving the life cycle
+
+    /// Tells the life cycle what changed since the last round — the
+    /// if-manager's exit first (it takes the IFs with it), then the IF
+    /// processes' exits (actives last: a shadow that died with its active
+    /// is not asked to take over), then readiness — and ends the round with
+    /// a tick.
+    fn observe(&mut self) {
+        if let Some(ifm) = self.ifm.as_mut().filter(|p| !p.exit_told) {
+            if let Some(status) = ifm.proc.poll_exit() {
+                ifm.exit_told = true;
+                let exit = Exit {
+                    status: status.to_string(),
+                    tail: ifm.proc.tail(),
+                };
+                self.feed(Event::IfManagerExited { exit });
+            }
+        }
+        let mut exits: Vec<(ProcId, Exit)> = Vec::new();
+        for (id, p) in &mut self.procs {
+            if let Some(status) = p.proc.poll_exit() {
+                let tail = p.proc.tail();
+                let status = status.to_string();
+                exits.push((*id, Exit { status, tail }));
+            }
+        }
+        exits.sort_by_key(|(id, _)| self.lifecycle.is_active(*id));
+        for (proc, exit) in exits {
+            // Exited: its lcore id may go back now.
+            if let Some(p) = self.procs.remove(&proc) {
+                let _ = self.telemetry.disconnect(&p.telemetry);
+            }
+            self.feed(Event::Exited { proc, exit });
+        }
+        if let Some(ifm) = self.ifm.as_mut() {
+            if !ifm.exit_told && !ifm.ready_told && ifm.proc.is_ready() {
+                ifm.ready_told = true;
+                self.feed(Event::IfManagerReady);
+            }
+        }
+        let ready: Vec<ProcId> = self
+            .procs
+            .iter_mut()
+            .filter(|(_, p)| !p.ready_told && p.proc.is_ready())
+            .map(|(id, p)| {
+                p.ready_told = true;
+                *id
+            })
+            .collect();
+        for proc in ready {
+            self.feed(Event::Ready { proc });
+        }
+        self.feed(Event::Tick);
+    }
+
+    /// Hands `event` to the life cycle and carries out what it says, one
+    /// action at a time, each result fed back before the next action (as a
+    /// direct call would). Returns why the request behind `event` failed,
+    /// if it did.
+    fn feed(&mut self, event: Event) -> Option<LifecycleError> {
+        let mut refused = None;
+        let mut queue: VecDeque<Action> = self.decide(event).into();
+        while let Some(action) = queue.pop_front() {
+            if let Action::Refuse { error } = action {
+                refused.get_or_insert(error);
+                continue;
+            }
+            if let Some(result) = self.perform(action) {
+                let mut next: VecDeque<Action> = self.decide(result).into();
+                next.append(&mut queue);
+                queue = next;
+            }
+        }
+        refused
+    }
+
+    fn decide(&mut self, event: Event) -> Vec<Action> {
+        let now = self.now();
+        let (state, cores) = (&self.state, &self.cores);
+        let desired = |id: u16| state.get(id).map(|d| spec_for(state, cores, d));
+        self.lifecycle.handle(now, event, &desired)
+    }
+
+    /// Carries out one action; the event that answers it, if any.
+    fn perform(&mut self, action: Action) -> Option<Event> {
+        match action {
+            Action::Spawn {
+                proc,
+                if_id,
+                spec,
+                standby,
+            } => match self.spawn_if(if_id, &spec, standby) {
+                Ok(p) => {
+                    let name = p.proc.name().to_string();
+                    self.procs.insert(proc, p);
+                    self.save_state();
+                    Some(Event::Spawned { proc, name })
+                }
+                Err(error) => Some(Event::SpawnFailed { proc, error }),
+            },
+            Action::Activate { proc } => {
+                let result = match self.procs.get(&proc) {
+                    Some(p) => if_request(&p.listen, IfCommand::Activate, IF_TIMEOUT).map(|_| ()),
+                    None => Err("it exited".to_string()),
+                };
+                Some(Event::Activated { proc, result })
+            }
+            Action::CarryOutSwitch { new, old, .. } => {
+                let result = self.carry_out_switch(new, old);
+                self.save_state();
+                Some(Event::Switched { proc: new, result })
+            }
+            Action::Terminate { proc } => {
+                if let Some(p) = self.procs.get(&proc) {
+                    p.proc.terminate();
+                }
+                None
+            }
+            Action::Kill { proc, why } => {
+                let p = self.procs.get_mut(&proc)?;
+                match why {
+                    KillReason::StartTimeout => tracing::warn!(
+                        "orchestrator: {} not ready after {START_TIMEOUT:?}; killing it:\n{}",
+                        p.proc.name(),
+                        p.proc.tail()
+                    ),
+                    KillReason::ShutdownGrace if p.proc.poll_exit().is_some() => return None,
+                    KillReason::ShutdownGrace => tracing::warn!(
+                        "orchestrator: {} did not exit within {SHUTDOWN_GRACE:?} of shutdown; killing it:\n{}",
+                        p.proc.name(),
+                        p.proc.tail()
+                    ),
+                    KillReason::PlatformRestart => {}
+                }
+                p.proc.kill();
+                None
+            }
+            Action::SetBusy { if_id, busy } => {
+                self.state.set_busy(if_id, busy.label());
+                None
+            }
+            Action::ClearBusy { if_id } => {
+                self.state.clear_busy(if_id);
+                None
+            }
+            Action::NewActive { if_id } => {
+                if let Some(t) = self.telemetry_of.get_mut(&if_id) {
+                    t.metrics = None;
+                }
+                None
+            }
+            Action::Unregister { if_id } => {
+                let _ = request(
+                    &self.ifm_control,
+                    &IfManagerCommand::Unregister { if_id },
+                    IF_TIMEOUT,
+                );
+                self.telemetry_of.remove(&if_id);
+                None
+            }
+            Action::RespawnIfManager => {
+                let result = self.spawn_if_manager();
+                let answer = match result {
+                    Ok(p) => {
+                        tracing::info!("orchestrator: restarting the if-manager (pid {})", p.pid());
+                        self.ifm = Some(IfManagerProc {
+                            proc: p,
+                            exit_told: false,
+                            ready_told: false,
+                        });
+                        Event::IfManagerSpawned
+                    }
+                    Err(e) => {
+                        tracing::warn!("orchestrator: cannot restart the if-manager: {e:#}");
+                        Event::IfManagerSpawnFailed
+                    }
+                };
+                self.save_state();
+                Some(answer)
+            }
+            Action::Refuse { .. } => None, // `feed`'s
+        }
+    }
+
+    /// A switchover: activates the parked `new`, makes `old` yield, waits
+    /// until `new` is active; the gap it measured.
+    fn carry_out_switch(&self, new: ProcId, old: Option<ProcId>) -> Result<u64, String> {
+        let new = self.procs.get(&new).ok_or("the new process exited")?;
+        if_request(&new.listen, IfCommand::Activate, IF_TIMEOUT)?;
+        if let Some(a) = old.and_then(|old| self.procs.get(&old)) {
+            let r = if_request(&a.listen, IfCommand::Yield, IF_TIMEOUT)?;
+            if r.mode != Mode::Draining.name() && r.mode != Mode::Done.name() {
+                return Err(format!("{} did not yield: {r:?}", a.proc.name()));
+            }
+        }
+        let deadline = Instant::now() + IF_TIMEOUT;
+        loop {
+            let s = if_request(&new.listen, IfCommand::Status, IF_TIMEOUT)?;
+            if s.mode == Mode::Active.name() {
+                return Ok(s.last_gap_ns);
+            }
+            if Instant::now() > deadline {
+                return Err(format!("{} never became active: {s:?}", new.proc.name()));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Asks the life cycle to re-provision `if_id` to `spec`; why not, if
+    /// it cannot start.
+    fn request_switch(&mut self, if_id: u16, spec: Spec, why: String) -> Result<(), String> {
+        match self.feed(Event::SwitchRequested { if_id, spec, why }) {
+            None => Ok(()),
+            Some(e) => Err(e.to_string()),
+        }
     }
 
     // ---------------------------------------------------------------------
@@ -407,7 +575,11 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(10));
         }
         tracing::info!("orchestrator: if-manager ready (pid {})", p.pid());
-        self.ifm = Some(p);
+        self.ifm = Some(IfManagerProc {
+            proc: p,
+            exit_told: false,
+            ready_told: true,
+        });
         self.save_state();
         Ok(())
     }
@@ -508,479 +680,10 @@ impl Daemon {
             _lcore: lease,
             listen,
             telemetry,
-            spec: spec.clone(),
+            ready_told: false,
         };
         self.save_state();
         Ok(p)
-    }
-
-    /// The spec an IF should run with now: its desired model, binary and
-    /// SLO, its share, and cores for it given every IF's share.
-    fn spec_for(&self, d: &DesiredIf) -> Spec {
-        let mut shares: Vec<crate::alloc::Share> = self
-            .state
-            .ifs()
-            .map(|i| crate::alloc::Share {
-                if_id: i.if_id,
-                pct: i.share_pct,
-                basis: crate::alloc::Basis::Demand,
-            })
-            .collect();
-        if !shares.iter().any(|s| s.if_id == d.if_id) {
-            shares.push(crate::alloc::Share {
-                if_id: d.if_id,
-                pct: d.share_pct,
-                basis: crate::alloc::Basis::Demand,
-            });
-        }
-        let cores = match split_cores(&self.cores, &shares) {
-            Ok(sets) => sets
-                .into_iter()
-                .find(|s| s.if_id == d.if_id)
-                .map(|s| s.cores)
-                .unwrap_or_else(|| self.cores.clone()),
-            // More IFs than cores: they share all of them.
-            Err(_) => self.cores.clone(),
-        };
-        Spec {
-            model: d.model.clone(),
-            binary: d.binary.clone(),
-            slo_ms: d.slo_ms,
-            share_pct: d.share_pct,
-            cores,
-        }
-    }
-
-    /// Reaps exited processes and replaces them.
-    fn reap(&mut self) {
-        if self.ifm_restarting.is_some() {
-            self.progress_restart();
-            return;
-        }
-        if let Some(ifm) = self.ifm.as_mut() {
-            if let Some(status) = ifm.poll_exit() {
-                if !self.state.is_shutting_down() {
-                    tracing::warn!(
-                        "orchestrator: the if-manager died ({status}); restarting the platform"
-                    );
-                    self.restart_platform();
-                }
-                return;
-            }
-        }
-        // A kp-if that never gets ready would hold up every start after it
-        // (one at a time): kill it; it is then reaped like any dead one.
-        for rt in self.ifs.values_mut() {
-            for p in rt.procs_mut() {
-                if p.proc.is_starting() && p.proc.age() > START_TIMEOUT {
-                    tracing::warn!(
-                        "orchestrator: {} not ready after {START_TIMEOUT:?}; killing it:\n{}",
-                        p.proc.name(),
-                        p.proc.tail()
-                    );
-                    p.proc.kill();
-                }
-            }
-        }
-        let ids: Vec<u16> = self.ifs.keys().copied().collect();
-        for id in ids {
-            let shutting = self.state.is_shutting_down() || self.retiring.contains(&id);
-            let rt = self.ifs.get_mut(&id).expect("listed");
-            // A dead shadow: start another (below, in `progress`).
-            if let Some(s) = rt.shadow.as_mut() {
-                if let Some(status) = s.proc.poll_exit() {
-                    if !shutting {
-                        tracing::warn!(
-                            "orchestrator: {} exited ({status}):\n{}",
-                            s.proc.name(),
-                            s.proc.tail()
-                        );
-                    }
-                    rt.shadow = None;
-                }
-            }
-            if let Some((sw, p)) = rt
-                .switch
-                .as_mut()
-                .and_then(|sw| sw.pending.as_mut().map(|p| (&sw.why, p)))
-            {
-                if let Some(status) = p.proc.poll_exit() {
-                    rt.reason = Some(format!(
-                        "re-provision ({sw}) failed: {} exited ({status}): {}",
-                        p.proc.name(),
-                        p.proc.tail()
-                    ));
-                    tracing::warn!("orchestrator: {}", rt.reason.as_deref().unwrap_or(""));
-                    rt.switch = None;
-                    self.state.clear_busy(id);
-                }
-            }
-            let rt = self.ifs.get_mut(&id).expect("listed");
-            let Some(a) = rt.active.as_mut() else {
-                continue;
-            };
-            let Some(status) = a.proc.poll_exit() else {
-                continue;
-            };
-            if shutting {
-                let a = rt.active.take().expect("checked");
-                self.leaving.push((id, a));
-                continue;
-            }
-            tracing::warn!(
-                "orchestrator: the active {} died ({status}); failing over",
-                a.proc.name()
-            );
-            let dead = rt.active.take().expect("checked");
-            self.leaving.push((id, dead));
-            self.fail_over(id);
-        }
-    }
-
-    /// Makes the shadow of `if_id` active after its active died, or starts
-    /// a new active if there is no ready shadow.
-    fn fail_over(&mut self, id: u16) {
-        let rt = self.ifs.get_mut(&id).expect("exists");
-        rt.failovers += 1;
-        if let Some(s) = rt.shadow.take() {
-            if s.proc.is_ready() {
-                match if_request(&s.listen, IfCommand::Activate, IF_TIMEOUT) {
-                    Ok(_) => {
-                        tracing::info!("orchestrator: {} took over", s.proc.name());
-                        rt.active = Some(s);
-                        rt.metrics = None;
-                        rt.warm_until = Some(Instant::now() + WARM_UP);
-                        rt.reason = None;
-                        return; // a new shadow is started by `progress`
-                    }
-                    Err(e) => tracing::warn!("orchestrator: activating {}: {e}", s.proc.name()),
-                }
-            }
-            // Not taking over: stop it. Left running, a shadow that is still
-            // loading parks and never exits, and one whose activation half
-            // happened holds the ring, so every new active would refuse to
-            // start ("already served") and be failed over again.
-            s.proc.terminate();
-            self.leaving.push((id, s));
-        }
-        // No ready shadow: start a new active (it takes the ring from the
-        // dead owner and answers what it held).
-        let Some(d) = self.state.get(id).cloned() else {
-            return;
-        };
-        let spec = self.spec_for(&d);
-        match self.spawn_if(id, &spec, false) {
-            Ok(p) => {
-                let rt = self.ifs.get_mut(&id).expect("exists");
-                rt.active = Some(p);
-                self.state.set_busy(id, "starting");
-            }
-            Err(e) => self.ifs.get_mut(&id).expect("exists").reason = Some(e),
-        }
-    }
-
-    /// Moves `if_id` along: a started active becomes ready, a missing
-    /// shadow is started, a pending re-provision is carried out.
-    fn progress(&mut self, id: u16) {
-        if self.state.is_shutting_down() || self.retiring.contains(&id) {
-            return;
-        }
-        let busy = self.state.busy(id).map(str::to_string);
-        let rt = self.ifs.get_mut(&id).expect("listed");
-        let active_ready = rt.active.as_ref().is_some_and(|a| a.proc.is_ready());
-        if busy.as_deref() == Some("starting") {
-            if active_ready {
-                tracing::info!(
-                    "orchestrator: {} serving",
-                    rt.active.as_ref().map_or("", |a| a.proc.name())
-                );
-                self.state.clear_busy(id);
-            } else if let Some(a) = rt.active.as_ref() {
-                if a.proc.age() > START_TIMEOUT {
-                    rt.reason = Some(format!(
-                        "{} did not start: {}",
-                        a.proc.name(),
-                        a.proc.tail()
-                    ));
-                }
-                return;
-            }
-        }
-        let starting = self.starting_if().map(str::to_string);
-        let rt = self.ifs.get_mut(&id).expect("listed");
-        if let Some(sw) = rt.switch.as_ref() {
-            match &sw.pending {
-                // Parked and ready: switch (to nobody's active if it died).
-                Some(p) if p.proc.is_ready() && (active_ready || rt.active.is_none()) => {
-                    self.complete_switch(id);
-                }
-                Some(_) => {}
-                None if starting.is_none() => {
-                    let spec = sw.spec.clone();
-                    match self.spawn_if(id, &spec, true) {
-                        Ok(p) => {
-                            tracing::info!(
-                                "orchestrator: re-provisioning if {id}: starting {}",
-                                p.proc.name()
-                            );
-                            let sw = self.ifs.get_mut(&id).and_then(|rt| rt.switch.as_mut());
-                            sw.expect("checked").pending = Some(p);
-                        }
-                        Err(e) => {
-                            let rt = self.ifs.get_mut(&id).expect("listed");
-                            rt.reason = Some(format!("re-provision failed: {e}"));
-                            rt.switch = None;
-                            self.state.clear_busy(id);
-                        }
-                    }
-                }
-                None => {} // waits for `starting` to be ready
-            }
-            return;
-        }
-        // One kp-if starts at a time (below): each start maps DPDK's shared
-        // memory and loads a model, and two at once on a busy machine can
-        // stall the others for seconds (a process still starting cannot
-        // answer DPDK's memory-map syncs).
-        if rt.shadow.is_none() && active_ready && starting.is_none() {
-            let Some(a) = rt.active.as_ref() else { return };
-            let spec = a.spec.clone();
-            match self.spawn_if(id, &spec, true) {
-                Ok(s) => self.ifs.get_mut(&id).expect("listed").shadow = Some(s),
-                Err(e) => self.ifs.get_mut(&id).expect("listed").reason = Some(e),
-            }
-        }
-    }
-
-    /// The kp-if process that is starting (not yet ready), if any: a
-    /// shadow or a re-provision's new shadow waits for it to be ready
-    /// before it starts (a fail-over or a deploy does not wait).
-    fn starting_if(&self) -> Option<&str> {
-        self.ifs
-            .values()
-            .flat_map(IfRuntime::procs)
-            .find(|p| p.proc.is_starting())
-            .map(|p| p.proc.name())
-    }
-
-    /// Starts a re-provision of `if_id` to `spec`: its new shadow starts
-    /// now, or once the kp-if now starting is ready.
-    fn begin_switch(&mut self, id: u16, spec: Spec, why: String) -> Result<(), String> {
-        let pending = match self.starting_if() {
-            Some(other) => {
-                tracing::info!(
-                    "orchestrator: re-provisioning if {id} ({why}): waiting for {other} to start first"
-                );
-                None
-            }
-            None => {
-                let p = self.spawn_if(id, &spec, true)?;
-                tracing::info!(
-                    "orchestrator: re-provisioning if {id} ({why}): starting {}",
-                    p.proc.name()
-                );
-                Some(p)
-            }
-        };
-        let rt = self.ifs.get_mut(&id).ok_or("no such IF")?;
-        rt.switch = Some(Switch { pending, spec, why });
-        self.state.set_busy(id, "switching");
-        Ok(())
-    }
-
-    /// The pending shadow is parked: activate it, make the active yield,
-    /// record the gap, retire the old pair and start a new shadow.
-    fn complete_switch(&mut self, id: u16) {
-        let rt = self.ifs.get_mut(&id).expect("listed");
-        let Some(sw) = rt.switch.take() else { return };
-        let Some(new) = sw.pending else { return };
-        let result = (|| -> Result<u64, String> {
-            if_request(&new.listen, IfCommand::Activate, IF_TIMEOUT)?;
-            if let Some(a) = rt.active.as_ref() {
-                let r = if_request(&a.listen, IfCommand::Yield, IF_TIMEOUT)?;
-                if r.mode != Mode::Draining.name() && r.mode != Mode::Done.name() {
-                    return Err(format!("{} did not yield: {r:?}", a.proc.name()));
-                }
-            }
-            let deadline = Instant::now() + IF_TIMEOUT;
-            loop {
-                let s = if_request(&new.listen, IfCommand::Status, IF_TIMEOUT)?;
-                if s.mode == Mode::Active.name() {
-                    return Ok(s.last_gap_ns);
-                }
-                if Instant::now() > deadline {
-                    return Err(format!("{} never became active: {s:?}", new.proc.name()));
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        })();
-        match result {
-            Ok(gap_ns) => {
-                tracing::info!(
-                    "orchestrator: if {id} switched to {} ({}); gap {:.1} µs",
-                    new.proc.name(),
-                    sw.why,
-                    gap_ns as f64 / 1e3
-                );
-                rt.gaps_ns.push(gap_ns);
-                rt.reason = None;
-                rt.metrics = None;
-                rt.warm_until = Some(Instant::now() + WARM_UP);
-                let old_active = rt.active.replace(new);
-                let old_shadow = rt.shadow.take();
-                // The old active exits by itself once it has finished what
-                // it holds; the old shadow has the old share: stop it.
-                if let Some(s) = &old_shadow {
-                    s.proc.terminate();
-                }
-                self.leaving
-                    .extend(old_active.into_iter().chain(old_shadow).map(|p| (id, p)));
-            }
-            Err(e) => {
-                rt.reason = Some(format!("re-provision ({}) failed: {e}", sw.why));
-                tracing::warn!(
-                    "orchestrator: if {id}: {}",
-                    rt.reason.as_deref().unwrap_or("")
-                );
-                new.proc.terminate();
-                self.leaving.push((id, new));
-            }
-        }
-        self.state.clear_busy(id);
-        self.save_state();
-    }
-
-    /// Reaps processes that are leaving; unregisters retired IFs once all
-    /// theirs are gone.
-    fn reap_leaving(&mut self) {
-        let telemetry = &self.telemetry;
-        self.leaving.retain_mut(|(_, p)| {
-            if p.proc.poll_exit().is_some() {
-                let _ = telemetry.disconnect(&p.telemetry);
-                false
-            } else {
-                true
-            }
-        });
-        let gone: Vec<u16> = self
-            .retiring
-            .iter()
-            .copied()
-            .filter(|id| !self.leaving.iter().any(|(i, _)| i == id))
-            .filter(|id| {
-                self.ifs.get(id).is_none_or(|rt| {
-                    rt.active.is_none() && rt.shadow.is_none() && rt.switch.is_none()
-                })
-            })
-            .collect();
-        for id in gone {
-            let _ = request(
-                &self.ifm_control,
-                &IfManagerCommand::Unregister { if_id: id },
-                IF_TIMEOUT,
-            );
-            self.ifs.remove(&id);
-            self.retiring.retain(|i| *i != id);
-            self.state.clear_busy(id);
-            tracing::info!("orchestrator: if {id} retired");
-        }
-    }
-
-    /// The if-manager died: every IF lost its rings. Stop them all, start
-    /// the if-manager again, redeploy the desired state.
-    fn restart_platform(&mut self) {
-        self.platform_restarts += 1;
-        let ids: Vec<u16> = self.ifs.keys().copied().collect();
-        for id in ids {
-            let rt = self.ifs.get_mut(&id).expect("listed");
-            for mut p in rt.take_procs() {
-                p.proc.kill();
-                self.leaving.push((id, p));
-            }
-            self.state.set_busy(id, "starting");
-        }
-        self.ifm = None;
-        self.respawn_if_manager();
-    }
-
-    /// Starts the if-manager again (without waiting: [`Self::step`] sees it
-    /// ready, then starts the IFs).
-    fn respawn_if_manager(&mut self) {
-        self.ifm_restarting = Some(Instant::now());
-        match self.spawn_if_manager() {
-            Ok(p) => {
-                tracing::info!("orchestrator: restarting the if-manager (pid {})", p.pid());
-                self.ifm = Some(p);
-            }
-            Err(e) => tracing::warn!("orchestrator: cannot restart the if-manager: {e:#}"),
-        }
-        self.save_state();
-    }
-
-    /// A restarting if-manager that is ready gets its IFs back; one that
-    /// died again is retried a second later.
-    fn progress_restart(&mut self) {
-        let Some(since) = self.ifm_restarting else {
-            return;
-        };
-        let ready = self.ifm.as_ref().is_some_and(Proc::is_ready);
-        let dead = self.ifm.as_mut().is_none_or(|p| p.poll_exit().is_some());
-        if dead {
-            if since.elapsed() > Duration::from_secs(1) {
-                if let Some(p) = &self.ifm {
-                    tracing::warn!("orchestrator: the if-manager did not start:\n{}", p.tail());
-                }
-                self.respawn_if_manager();
-            }
-            return;
-        }
-        if !ready {
-            return;
-        }
-        self.ifm_restarting = None;
-        tracing::info!("orchestrator: if-manager ready again; redeploying");
-        let ids: Vec<u16> = self.ifs.keys().copied().collect();
-        for id in ids {
-            let Some(d) = self.state.get(id).cloned() else {
-                continue;
-            };
-            let spec = self.spec_for(&d);
-            match self.spawn_if(id, &spec, false) {
-                Ok(p) => self.ifs.get_mut(&id).expect("listed").active = Some(p),
-                Err(e) => self.ifs.get_mut(&id).expect("listed").reason = Some(e),
-            }
-        }
-    }
-
-    /// After [`SHUTDOWN_GRACE`], kills the IF processes that did not exit
-    /// on SIGTERM, saying which and what they said last.
-    fn kill_stragglers(&mut self) {
-        let since = *self.shutdown_since.get_or_insert_with(Instant::now);
-        if since.elapsed() < SHUTDOWN_GRACE {
-            return;
-        }
-        for (_, p) in &mut self.leaving {
-            if p.proc.poll_exit().is_none() {
-                tracing::warn!(
-                    "orchestrator: {} did not exit within {SHUTDOWN_GRACE:?} of shutdown; killing it:\n{}",
-                    p.proc.name(),
-                    p.proc.tail()
-                );
-                p.proc.kill();
-            }
-        }
-        // SIGKILL takes effect at once; the next round, if any, is after
-        // another grace period, not on every pass of the loop.
-        self.shutdown_since = Some(Instant::now());
-    }
-
-    fn all_ifs_gone(&mut self) -> bool {
-        self.reap_leaving();
-        self.leaving.is_empty()
-            && self
-                .ifs
-                .values_mut()
-                .all(|rt| rt.active.is_none() && rt.shadow.is_none() && rt.switch.is_none())
     }
 
     // ---------------------------------------------------------------------
@@ -1004,7 +707,7 @@ impl Daemon {
                     continue;
                 }
             };
-            let Some(rt) = self.ifs.get_mut(&msg.if_id) else {
+            let Some(rt) = self.telemetry_of.get_mut(&msg.if_id) else {
                 continue;
             };
             match msg.body {
@@ -1024,16 +727,18 @@ impl Daemon {
     /// whose share moves by at least the minimum step is re-provisioned.
     fn tune(&mut self) {
         let now = self.now_ns();
-        let ids: Vec<u16> = self.ifs.keys().copied().collect();
+        let ids: Vec<u16> = self.telemetry_of.keys().copied().collect();
         for id in &ids {
             let Some(d) = self.state.get(*id).cloned() else {
                 continue;
             };
-            let rt = self.ifs.get_mut(id).expect("listed");
-            if d.pinned || rt.switch.is_some() || rt.warm_until.is_some_and(|t| Instant::now() < t)
-            {
+            let Some(life) = self.lifecycle.view(*id) else {
+                continue;
+            };
+            if d.pinned || life.switching || life.warm_until.is_some_and(|t| self.now() < t) {
                 continue;
             }
+            let rt = self.telemetry_of.get_mut(id).expect("listed");
             let Some((t, _)) = rt.metrics.as_ref() else {
                 continue;
             };
@@ -1064,7 +769,7 @@ impl Daemon {
                     Claim::pinned(d.if_id, d.share_pct)
                 } else {
                     let demand = self
-                        .ifs
+                        .telemetry_of
                         .get(&d.if_id)
                         .map_or(d.share_pct, |rt| rt.tuner.demand_pct());
                     Claim::elastic(d.if_id, demand)
@@ -1097,20 +802,16 @@ impl Daemon {
             let Some(d2) = self.state.get(d.if_id).cloned() else {
                 continue;
             };
-            let spec = self.spec_for(&d2);
+            let spec = spec_for(&self.state, &self.cores, &d2);
             // On a CPU host a share is its cores: a new percentage that maps
             // to the same cores changes nothing a new process would run with.
-            let current = self.ifs.get(&d.if_id).and_then(|rt| rt.active.as_ref());
-            if !self.gpu && current.is_some_and(|a| a.spec.cores == spec.cores) {
-                if let Some(rt) = self.ifs.get_mut(&d.if_id) {
-                    if let Some(a) = rt.active.as_mut() {
-                        a.spec.share_pct = spec.share_pct;
-                    }
-                }
+            let current = self.lifecycle.active_spec(d.if_id);
+            if !self.gpu && current.is_some_and(|a| a.cores == spec.cores) {
+                self.lifecycle.set_active_share(d.if_id, spec.share_pct);
                 continue;
             }
             let why = format!("tuning: share {:.1}% -> {:.1}%", d.share_pct, share.pct);
-            if let Err(e) = self.begin_switch(d.if_id, spec, why) {
+            if let Err(e) = self.request_switch(d.if_id, spec, why) {
                 tracing::warn!("orchestrator: if {}: {e}", d.if_id);
                 self.state.set_share(d.if_id, d.share_pct);
             }
@@ -1123,8 +824,8 @@ impl Daemon {
     fn status(&self) -> StatusReport {
         let mut report = StatusReport::from_desired(&self.state);
         report.platform = Some(json!({
-            "if_manager_pid": self.ifm.as_ref().map(Proc::pid),
-            "platform_restarts": self.platform_restarts,
+            "if_manager_pid": self.ifm.as_ref().map(|p| p.proc.pid()),
+            "platform_restarts": self.lifecycle.platform_restarts(),
             "telemetry_rejected": self.telemetry_rejected,
             "device": if self.gpu { "gpu" } else { "cpu" },
             "cores": self.cores,
@@ -1132,37 +833,40 @@ impl Daemon {
             "topology": self.topology,
         }));
         for row in &mut report.ifs {
-            let Some(rt) = self.ifs.get(&row.if_id) else {
+            let Some(life) = self.lifecycle.view(row.if_id) else {
                 continue;
             };
-            overlay(row, rt, self.state.busy(row.if_id));
+            let pid = life
+                .active
+                .and_then(|a| self.procs.get(&a))
+                .map(|a| a.proc.pid());
+            let metrics = self
+                .telemetry_of
+                .get(&row.if_id)
+                .and_then(|t| t.metrics.as_ref());
+            overlay(row, &life, pid, metrics);
         }
         report
     }
 
     fn save_state(&self) {
-        let mut pids: Vec<u32> = self.ifm.iter().map(Proc::pid).collect();
-        pids.extend(
-            self.ifs
-                .values()
-                .flat_map(IfRuntime::procs)
-                .map(|p| p.proc.pid()),
-        );
-        pids.extend(self.leaving.iter().map(|(_, p)| p.proc.pid()));
+        let mut pids: Vec<u32> = self.ifm.iter().map(|p| p.proc.pid()).collect();
+        pids.extend(self.procs.values().map(|p| p.proc.pid()));
         let state = json!({ "orchestrator": std::process::id(), "pids": pids });
         let _ = std::fs::write(self.runtime_dir.join("state.json"), state.to_string());
     }
 
     fn finish(mut self) -> Value {
-        let ifm_report = self.ifm.take().and_then(|mut p| {
-            p.terminate();
-            p.wait_or_kill(Duration::from_secs(10));
-            p.report()
+        let ifm_report = self.ifm.take().and_then(|mut ifm| {
+            ifm.proc.terminate();
+            ifm.proc.wait_or_kill(Duration::from_secs(10));
+            ifm.proc.report()
         });
         let _ = std::fs::remove_file(self.runtime_dir.join("state.json"));
         let ifs: Vec<Value> = self
-            .ifs
-            .iter()
+            .lifecycle
+            .if_ids()
+            .filter_map(|id| Some((id, self.lifecycle.view(id)?)))
             .map(|(id, rt)| {
                 json!({
                     "if_id": id,
@@ -1174,7 +878,7 @@ impl Daemon {
             .collect();
         json!({
             "ifs": ifs,
-            "platform_restarts": self.platform_restarts,
+            "platform_restarts": self.lifecycle.platform_restarts(),
             "if_manager": ifm_report,
         })
     }
@@ -1189,34 +893,25 @@ impl Handler for Daemon {
         match &change {
             Change::Status => return Reply::status(&self.status()),
             Change::Deploy { new } => {
-                let spec = self.spec_for(new);
-                let active = match self.spawn_if(new.if_id, &spec, false) {
-                    Ok(p) => p,
-                    Err(e) => return ControlError::Failed(e).into(),
-                };
+                let spec = spec_for(&self.state, &self.cores, new);
                 let tuner = match ShareTuner::new(new.if_id, new.share_pct, self.tuning) {
                     Ok(t) => t,
                     Err(e) => return ControlError::Failed(e.to_string()).into(),
                 };
-                self.ifs.insert(
-                    new.if_id,
-                    IfRuntime {
-                        active: Some(active),
-                        shadow: None,
-                        switch: None,
+                let id = new.if_id;
+                if let Some(e) = self.feed(Event::Deploy { if_id: id, spec }) {
+                    return ControlError::Failed(e.to_string()).into();
+                }
+                self.telemetry_of.insert(
+                    id,
+                    IfTelemetry {
                         tuner,
                         metrics: None,
                         report: None,
-                        gaps_ns: Vec::new(),
-                        failovers: 0,
-                        reason: None,
-                        warm_until: Some(Instant::now() + WARM_UP),
                     },
                 );
                 let reply = change.reply();
-                let id = new.if_id;
                 self.state.apply(change);
-                self.state.set_busy(id, "starting");
                 return reply;
             }
             Change::Update { old, new } => {
@@ -1226,44 +921,28 @@ impl Handler for Daemon {
                     } else {
                         format!("share {:.1}% -> {:.1}%", old.share_pct, new.share_pct)
                     };
-                    let spec = self.spec_for(new);
-                    if let Err(e) = self.begin_switch(new.if_id, spec, why) {
+                    let spec = spec_for(&self.state, &self.cores, new);
+                    if let Err(e) = self.request_switch(new.if_id, spec, why) {
                         return ControlError::Failed(e).into();
                     }
                 }
                 if !new.pinned {
                     let now = self.now_ns();
-                    if let Some(rt) = self.ifs.get_mut(&new.if_id) {
+                    if let Some(rt) = self.telemetry_of.get_mut(&new.if_id) {
                         rt.tuner.set_demand(new.share_pct, now);
                     }
                 }
             }
             Change::Retire { old } => {
                 let id = old.if_id;
-                if let Some(rt) = self.ifs.get_mut(&id) {
-                    for p in rt.take_procs() {
-                        p.proc.terminate();
-                        self.leaving.push((id, p));
-                    }
-                }
-                self.retiring.push(id);
+                self.feed(Event::Retire { if_id: id });
                 let reply = change.reply();
                 self.state.apply(change);
-                self.state.set_busy(id, "retiring");
                 return reply;
             }
             Change::Shutdown => {
                 tracing::info!("orchestrator: shutting down");
-                // Old actives still draining and shadows let go finish now.
-                for (_, p) in &self.leaving {
-                    p.proc.terminate();
-                }
-                for (id, rt) in self.ifs.iter_mut() {
-                    for p in rt.take_procs() {
-                        p.proc.terminate();
-                        self.leaving.push((*id, p));
-                    }
-                }
+                self.feed(Event::Shutdown);
             }
         }
         let reply = change.reply();
@@ -1273,20 +952,25 @@ impl Handler for Daemon {
     }
 }
 
-/// Fills `row` with what the daemon measured and knows of `rt`.
-fn overlay(row: &mut StatusRow, rt: &IfRuntime, busy: Option<&str>) {
-    row.state = match busy {
-        Some("starting") => IfState::Starting,
-        Some("switching") => IfState::Switching,
-        Some("retiring") => IfState::Retiring,
-        _ if rt.active.is_none() => IfState::Failed,
-        _ => IfState::Active,
+/// Fills `row` with what the daemon measured and knows of an IF.
+fn overlay(
+    row: &mut StatusRow,
+    life: &IfView<'_>,
+    pid: Option<u32>,
+    metrics: Option<&(TelemetrySnapshot, BatchStats)>,
+) {
+    row.state = match life.busy {
+        Some(Busy::Starting) => IfState::Starting,
+        Some(Busy::Switching) => IfState::Switching,
+        Some(Busy::Retiring) => IfState::Retiring,
+        None if life.active.is_none() => IfState::Failed,
+        None => IfState::Active,
     };
-    row.pid = rt.active.as_ref().map(|a| a.proc.pid());
-    row.switchovers = rt.gaps_ns.len() as u64;
-    row.last_switchover_gap_us = rt.gaps_ns.last().map(|g| g / 1000);
-    row.reason = rt.reason.clone();
-    if let Some((t, b)) = &rt.metrics {
+    row.pid = pid;
+    row.switchovers = life.gaps_ns.len() as u64;
+    row.last_switchover_gap_us = life.gaps_ns.last().map(|g| g / 1000);
+    row.reason = life.reason.map(str::to_string);
+    if let Some((t, b)) = metrics {
         row.throughput_rps = Some(t.throughput_per_s);
         row.arrival_rps = Some(t.arrival_rate_per_s);
         row.p50_ms = Some(t.latency_us.p50 as f64 / 1e3);
@@ -1294,6 +978,43 @@ fn overlay(row: &mut StatusRow, rt: &IfRuntime, busy: Option<&str>) {
         row.slo_attainment = t.slo_attainment;
         row.batch_size = Some(b.target_batch as u32);
         row.mean_batch_size = Some(t.mean_batch_size).filter(|_| t.batches != 0);
+    }
+}
+
+/// The spec an IF should run with now: its desired model, binary and
+/// SLO, its share, and cores for it given every IF's share (in `state`,
+/// as it is when this is called).
+fn spec_for(state: &DesiredState, all_cores: &[usize], d: &DesiredIf) -> Spec {
+    let mut shares: Vec<crate::alloc::Share> = state
+        .ifs()
+        .map(|i| crate::alloc::Share {
+            if_id: i.if_id,
+            pct: i.share_pct,
+            basis: crate::alloc::Basis::Demand,
+        })
+        .collect();
+    if !shares.iter().any(|s| s.if_id == d.if_id) {
+        shares.push(crate::alloc::Share {
+            if_id: d.if_id,
+            pct: d.share_pct,
+            basis: crate::alloc::Basis::Demand,
+        });
+    }
+    let cores = match split_cores(all_cores, &shares) {
+        Ok(sets) => sets
+            .into_iter()
+            .find(|s| s.if_id == d.if_id)
+            .map(|s| s.cores)
+            .unwrap_or_else(|| all_cores.to_vec()),
+        // More IFs than cores: they share all of them.
+        Err(_) => all_cores.to_vec(),
+    };
+    Spec {
+        model: d.model.clone(),
+        binary: d.binary.clone(),
+        slo_ms: d.slo_ms,
+        share_pct: d.share_pct,
+        cores,
     }
 }
 

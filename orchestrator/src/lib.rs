@@ -11,6 +11,9 @@
 //! - [`alloc`]: the weighted max-min fair allocation of the device across
 //!   IFs (pins, floors, demand caps) and its CPU form, sets of cores;
 //! - [`tuning`]: GSLICE's Algorithm 1, an IF's demand from its telemetry;
+//! - [`lifecycle`]: the IF processes' life cycle — deploy, shadow,
+//!   switchover, fail-over, start timeout, platform restart — as a sans-IO
+//!   state machine (events in, actions out, time passed in);
 //! - [`control`]: the control protocol `kpctl` speaks, the desired state it
 //!   changes (validated whole before anything changes), the ZeroMQ server;
 //! - [`config`]: the platform configuration file;
@@ -19,7 +22,8 @@
 //!   one a live process holds);
 //! - [`process`]: child processes and requests to their control sockets;
 //! - [`daemon`]: the loop that drives the processes towards the desired
-//!   state — shadows, switchovers, fail-over, tuning.
+//!   state: it carries out [`lifecycle`]'s actions, reads telemetry and
+//!   tunes.
 //!
 //! The data-plane mechanics a switchover relies on (who dequeues a ring,
 //! handing requests over, the ledger of a dead IF) are libml's
@@ -31,6 +35,7 @@ pub mod control;
 pub mod daemon;
 pub mod gpu;
 pub mod lcores;
+pub mod lifecycle;
 pub mod process;
 pub mod topology;
 pub mod tuning;
