@@ -289,9 +289,12 @@ def cpu_use(a: dict, b: dict, hz: int, rusage: dict, tcpdump_s: float) -> dict:
     for proc in ("kp_if", "if_manager"):
         ta, tb = a.get(proc) or {}, b.get(proc) or {}
         th = {}
+        res[f"{proc}_main_s"] = 0.0
         for tid, t in tb.items():
             d = (t["ns"] - ta.get(tid, {"ns": 0})["ns"]) / 1e9
             ours += d
+            if t["main"]:
+                res[f"{proc}_main_s"] = d
             if d >= 0.001 * secs:
                 th[t["comm"] + (" main" if t["main"] else f" {tid}")] = round(100 * d / secs, 1)
         res[f"{proc}_threads_pct"] = th
@@ -303,6 +306,17 @@ def cpu_use(a: dict, b: dict, hz: int, rusage: dict, tcpdump_s: float) -> dict:
     # users' work, plus kernel work not charged to a task (e.g. softirqs).
     res["others_pct"] = round(100 * max(0.0, busy_s - ours) / secs, 1)
     return res
+
+
+def fragment_thread_cost(phase: dict, fragments_per_request: Optional[float]) -> Optional[float]:
+    """µs of CPU kp-if's main thread (its EAL lcore: the fragment thread,
+    which dequeues, reassembles, converts and answers) spent per fragment
+    of the requests answered in PHASE, wake-ups and idle polls included;
+    None when nothing was answered or the fragments per request are unknown."""
+    answered = sum(phase["client"]["status"].values())
+    if not fragments_per_request or not answered:
+        return None
+    return 1e6 * phase["cpu"]["kp_if_main_s"] / (answered * fragments_per_request)
 
 
 def q3(v: list) -> dict:
@@ -403,6 +417,10 @@ def ms(us: Optional[float]) -> str:
     return "-" if us is None else f"{us / 1000:.2f}"
 
 
+def us(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def p50_p99(d: Optional[dict]) -> str:
     return "-" if not d else f"{ms(d['p50'])} / {ms(d['p99'])}"
 
@@ -433,6 +451,7 @@ def saturation_table(meta: dict, sat: dict) -> list[str]:
             f"| CPU0 / CPU1 busy % (user, sys, softirq) | {c['cpu0']['busy']} ({c['cpu0']['user']}, {c['cpu0']['system']}, "
             f"{c['cpu0']['softirq']}) / {c['cpu1']['busy']} ({c['cpu1']['user']}, {c['cpu1']['system']}, {c['cpu1']['softirq']}) |",
             f"| kp-if threads, % of a CPU | {c['kp_if_threads_pct']} |",
+            f"| fragment thread (kp-if main), µs of CPU per fragment | {us(sat.get('fragment_thread_us_per_fragment'))} |",
             f"| if-manager / kp-client / tcpdump / everything else, % of a CPU | {sum(c['if_manager_threads_pct'].values()):.1f}"
             f" / {c['kp_client_pct']} / {c['tcpdump_pct']} / {c['others_pct']} |"]
 
@@ -455,6 +474,7 @@ LATENCY_ROWS = [
     ("statuses / unanswered", lambda p: f"{p['statuses']} / {p['unanswered']}"),
     ("CPU0 / CPU1 busy %", lambda p: f"{p['cpu']['cpu0']['busy']} / {p['cpu']['cpu1']['busy']}"),
     ("kp-if threads, % of a CPU", lambda p: str(p["cpu"]["kp_if_threads_pct"])),
+    ("fragment thread (kp-if main), µs of CPU per fragment", lambda p: us(p.get("fragment_thread_us_per_fragment"))),
     ("if-manager / kp-client / everything else, % of a CPU",
      lambda p: f"{sum(p['cpu']['if_manager_threads_pct'].values()):.1f} / {p['cpu']['kp_client_pct']} / {p['cpu']['others_pct']}"),
     ("load average at the end", lambda p: " ".join(p["cpu"]["loadavg_end"])),
@@ -556,6 +576,10 @@ def analyse(out: str) -> str:
         phases[p] = phase_stats(client, ok, ref_ms, cpu)
     sat = phases["sat"]
     final = read_json(f"{out}/kp-if.json")
+    rs = final.get("reassembly") or {}
+    fpr = rs["fragments"] / rs["requests"] if rs.get("requests") else None
+    for p in phases.values():
+        p["fragment_thread_us_per_fragment"] = fragment_thread_cost(p, fpr)
     add_saturation_ratios(sat, eng, ref_ms, final)
 
     mem = read_json_lines(f"{out}/memory.jsonl")

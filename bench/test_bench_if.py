@@ -192,6 +192,7 @@ class CpuUse(unittest.TestCase):
             "cpu0": {"busy": 50.0, "user": 25.0, "system": 12.5, "softirq": 5.0, "steal": 0.0},
             "cpu1": {"busy": 80.0, "user": 40.0, "system": 20.0, "softirq": 8.0, "steal": 0.0},
             "kp_if_threads_pct": {"kp-if main": 20.0, "kp-infer 12": 70.0},
+            "kp_if_main_s": 2.0, "if_manager_main_s": 1.0,
             "if_manager_threads_pct": {"if-manager main": 10.0},
             "kp_client_pct": 7.5, "tcpdump_pct": 2.5,
             # busy 13 s - (10.005 + 0.75 + 0.25) s ours
@@ -205,6 +206,19 @@ def row(req, batch, lat, t, busy, span=None):
 
 CLIENT = {"status": {"ok": 40, "overloaded": 2, "internal": 0}, "answer_span_s": 10.0, "unanswered": 1,
           "rate": None, "rtt_us": {"p50": 9120, "p99": 17330}, "platform_latency_us": {"p50": 6040, "p99": 11480}}
+
+
+class FragmentThreadCost(unittest.TestCase):
+    def test_main_thread_cpu_over_the_answered_requests_fragments(self):
+        # 42 answered (40 OK, 2 overloaded; the unanswered one is not counted),
+        # 150 fragments each, 1.29 s of the main thread.
+        phase = {"client": CLIENT, "cpu": {"kp_if_main_s": 1.29}}
+        self.assertAlmostEqual(bench_if.fragment_thread_cost(phase, 150.0), 1.29e6 / (42 * 150.0))
+
+    def test_unknown_without_fragments_or_answers(self):
+        self.assertIsNone(bench_if.fragment_thread_cost({"client": CLIENT, "cpu": {"kp_if_main_s": 1.0}}, None))
+        none = dict(CLIENT, status={"ok": 0})
+        self.assertIsNone(bench_if.fragment_thread_cost({"client": none, "cpu": {"kp_if_main_s": 1.0}}, 150.0))
 
 
 class Phases(unittest.TestCase):
