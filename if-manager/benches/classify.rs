@@ -62,6 +62,7 @@ fn bench(c: &mut Criterion) {
             Route {
                 ring: u32::from(id),
                 counters: Arc::default(),
+                control: None,
             },
         ))
         .expect("table alive");

@@ -51,7 +51,7 @@ pub struct Registry {
 #[derive(Debug)]
 struct RegisteredIf {
     /// Where its IFs agree on who dequeues (freed with the entry).
-    _control: IfControl,
+    _control: Arc<IfControl>,
     ring_name: String,
     ring_size: u32,
     counters: Arc<IfCounters>,
@@ -166,8 +166,10 @@ impl Registry {
             single_producer: true,
             single_consumer: true,
         };
-        let control = IfControl::create(if_id, self.socket)
-            .map_err(|e| failed(format!("cannot create {if_id}'s control block: {e}")))?;
+        let control = Arc::new(
+            IfControl::create(if_id, self.socket)
+                .map_err(|e| failed(format!("cannot create {if_id}'s control block: {e}")))?,
+        );
         let ring = Ring::create(&name, size, self.socket, flags)
             .map_err(|e| failed(format!("cannot create ring {name}: {e}")))?;
         let counters = Arc::new(IfCounters::default());
@@ -177,6 +179,7 @@ impl Registry {
                 Route {
                     ring,
                     counters: counters.clone(),
+                    control: Some(control.clone()),
                 },
             ))
             .map_err(|_| failed("the RX loop has stopped"))?;

@@ -35,7 +35,7 @@ use crate::classify::{classify, DstFilter, Verdict};
 use crate::control::Gate;
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
 use crate::routes::{RouteChange, RouteTable};
-use crate::shed::{shed_headroom, Shedder, Staged};
+use crate::shed::{shed_headroom, wakes_the_if, Shedder, Staged};
 use kp_wire::answered::{Answer, AnsweredTable};
 use libml::backoff::{IdleAction, IdleBackoff};
 
@@ -206,6 +206,9 @@ impl DataPlane<'_> {
         now_ns: u64,
     ) {
         let mut staged_for = None;
+        // Whether a staged fragment is the first or the last of its
+        // request: the IF is woken for those (see `enqueue_staged`).
+        let mut staged_edge = false;
         for mut mbuf in rx.drain() {
             if mbuf.is_segmented() {
                 self.counters.record_malformed(MalformedReason::Segmented);
@@ -233,10 +236,13 @@ impl DataPlane<'_> {
                         }
                         if staged_for != Some(header.if_id) {
                             if let Some(prev) = staged_for {
-                                self.enqueue_staged(prev, staged, staged_info, now_ns);
+                                self.enqueue_staged(prev, staged, staged_info, staged_edge, now_ns);
                             }
                             staged_for = Some(header.if_id);
+                            staged_edge = false;
                         }
+                        staged_edge |= header.frag_index == 0
+                            || header.frag_index.wrapping_add(1) >= header.frag_count;
                         staged_info[staged.len()] = Staged { key, header_at };
                         // What we validated, for the IF: it reads the
                         // headers at these offsets without parsing again.
@@ -254,7 +260,7 @@ impl DataPlane<'_> {
             }
         }
         if let Some(prev) = staged_for {
-            self.enqueue_staged(prev, staged, staged_info, now_ns);
+            self.enqueue_staged(prev, staged, staged_info, staged_edge, now_ns);
         }
     }
 
@@ -262,11 +268,18 @@ impl DataPlane<'_> {
     /// [`shed_headroom`] of it free for shed notices; a fragment that finds
     /// no room is shed ([`Shedder::shed`]) with what classifying it found
     /// (`staged_info`, in the order of `staged`).
+    ///
+    /// Then it rings the IF's doorbell if one of them was the first or the
+    /// last fragment of its request (`edge`), anything was shed, or the ring
+    /// is more than a quarter full: an idle IF dozes rather than polls, and
+    /// the fragments between a request's first (which starts its clock,
+    /// `latency_us`) and its last can wait in the ring for the last one.
     fn enqueue_staged(
         &mut self,
         if_id: kp_wire::IfId,
         staged: &mut MbufBurst<RX_BURST>,
         staged_info: &[Staged; RX_BURST],
+        edge: bool,
         now_ns: u64,
     ) {
         let Some(route) = self.routes.get(if_id) else {
@@ -274,6 +287,7 @@ impl DataPlane<'_> {
         };
         let n = staged.len();
         // Waiting shed notices go first; data only once none is left.
+        let notices = self.shedder.pending();
         let room = if self.shedder.flush(if_id, &route.ring) {
             route
                 .ring
@@ -293,6 +307,16 @@ impl DataPlane<'_> {
                 bump(&route.counters.ring_full, lost);
                 self.counters.record_n(Outcome::RingFull, lost);
                 staged.clear();
+            }
+            let flushed = self.shedder.pending() != notices;
+            if wakes_the_if(
+                edge,
+                flushed,
+                lost,
+                route.ring.count(),
+                route.ring.capacity(),
+            ) {
+                route.ring_doorbell();
             }
             return;
         }
@@ -321,6 +345,8 @@ impl DataPlane<'_> {
         }
         bump(&route.counters.delivered, delivered as u64);
         self.counters.record_n(Outcome::Delivered, delivered as u64);
+        // Something was shed: the ring is full and maybe holds a notice.
+        route.ring_doorbell();
     }
 
     /// Answers a fragment for an unregistered IF: the first one of its

@@ -14,6 +14,7 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 
 use kp_wire::IfId;
+use libml::runtime::handover::IfControl;
 
 /// Per-IF counters, shared between the RX lcore (only writer) and readers.
 #[derive(Debug, Default)]
@@ -35,6 +36,19 @@ pub struct Route<R> {
     pub ring: R,
     /// Its counters.
     pub counters: Arc<IfCounters>,
+    /// Its control block, whose doorbell wakes the dozing IF (`None`:
+    /// nobody to wake, as in tests without DPDK).
+    pub control: Option<Arc<IfControl>>,
+}
+
+impl<R> Route<R> {
+    /// Wakes the IF dozing on this route's ring, if it has a doorbell.
+    #[inline]
+    pub fn ring_doorbell(&self) {
+        if let Some(c) = &self.control {
+            c.doorbell().ring();
+        }
+    }
 }
 
 /// A change to the routing table, sent to the RX lcore.
@@ -129,6 +143,7 @@ mod tests {
         tx.send(RouteUpdate::Add(
             IfId(3),
             Route {
+                control: None,
                 ring: "ring3",
                 counters: Arc::default(),
             },

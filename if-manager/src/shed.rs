@@ -48,6 +48,17 @@ use crate::routes::RouteTable;
 /// Shed notices that may wait for ring room, per IF.
 pub const PENDING_PER_IF: usize = 4096;
 
+/// Whether the producer rings an IF's doorbell after an enqueue
+/// (libml's `Doorbell`): the burst held the first or the last fragment of a
+/// request (`edge`), shed notices went into the ring (`flushed`), fragments
+/// found no room (`lost`), or the ring holds more than a quarter of its
+/// `capacity`. Fragments in between can wait for the next ring: the IF
+/// dozes until then, and wakes about twice per request instead of once per
+/// burst.
+pub fn wakes_the_if(edge: bool, flushed: bool, lost: u64, count: usize, capacity: usize) -> bool {
+    edge || flushed || lost > 0 || count > capacity / 4
+}
+
 /// Slots of an IF ring of `capacity` kept free of data for shed notices:
 /// an eighth, at least one.
 pub fn shed_headroom(capacity: usize) -> usize {
@@ -222,7 +233,11 @@ impl Shedder {
             }
             // Every queued IF has a route: a removed one is `forget`-ed.
             if let Some(route) = routes.get(*id) {
-                moved += q.drain_into(|m| route.ring.enqueue(m));
+                let n = q.drain_into(|m| route.ring.enqueue(m));
+                if n > 0 {
+                    route.ring_doorbell(); // a notice completes a request
+                }
+                moved += n;
             }
         }
         self.pending_total -= moved;
@@ -295,6 +310,28 @@ impl Shedder {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_doorbell_rings_at_a_requests_edges_on_shedding_and_when_the_ring_fills() {
+        use super::wakes_the_if;
+        // (edge, flushed, lost, count, capacity) -> rings
+        let cases = [
+            ((false, false, 0, 10, 1024), false), // a middle fragment: waits
+            ((true, false, 0, 10, 1024), true),   // first or last
+            ((false, true, 0, 10, 1024), true),   // a shed notice went in
+            ((false, false, 3, 10, 1024), true),  // the ring overflowed
+            ((false, false, 0, 256, 1024), false),
+            ((false, false, 0, 257, 1024), true), // over a quarter full
+        ];
+        for ((edge, flushed, lost, count, cap), rings) in cases {
+            assert_eq!(
+                wakes_the_if(edge, flushed, lost, count, cap),
+                rings,
+                "{:?}",
+                (edge, flushed, lost, count, cap)
+            );
+        }
+    }
+
     use super::BoundedQueue;
 
     #[test]

@@ -172,7 +172,7 @@ fn serve_control(
         let Ok(bytes) = sock.recv_bytes(0) else {
             continue; // the receive timeout: look at the mode again
         };
-        let reply = answer_command(&bytes, mode, stop, status);
+        let reply = answer_command(&bytes, mode, stop, || ctl.doorbell().ring(), status);
         let _ = sock.send(reply.to_string().as_bytes(), 0);
     }
 }

@@ -86,11 +86,76 @@ mod w {
     pub const LAST_GAP_NS: usize = 9;
     /// Counts releases of the ring; a futex a successor sleeps on.
     pub const RELEASES: usize = 10;
+    /// The doorbell: counts the producer's rings; the futex the owner
+    /// dozes on.
+    pub const DOORBELL: usize = 11;
+    /// How many threads doze (or are about to) on `DOORBELL`, normally the
+    /// owner alone, briefly two across a switchover: a ring with nobody
+    /// dozing makes no system call.
+    pub const DOZING: usize = 12;
     pub const KEYS: usize = 16;
 }
 
 /// Size of the control zone.
 pub const CONTROL_BYTES: usize = (w::KEYS + 2 * MAX_HANDOVER_KEYS) * 8;
+
+/// How the producer wakes the owner of a ring that dozes instead of
+/// polling: two words of the control zone, a count that is a futex and a
+/// flag that says someone sleeps on it.
+///
+/// The if-manager rings it when it enqueues a fragment that is the first or
+/// the last of its request by index, when it sheds, and when the ring is
+/// filling; the IF's control thread when it changes the IF's mode. A
+/// fragment thread woken by a clock, on a core it shares with inference,
+/// pays a context switch (tens of µs on a VM) per wake-up, most of them for
+/// fragments that complete nothing; woken by the doorbell it wakes about
+/// twice per request (docs/PERFORMANCE.md, "The fragment thread's CPU per
+/// fragment").
+#[derive(Clone, Copy, Debug)]
+pub struct Doorbell<'a> {
+    count: &'a AtomicU64,
+    dozing: &'a AtomicU64,
+}
+
+impl<'a> Doorbell<'a> {
+    /// A doorbell over two words of shared memory.
+    pub fn new(count: &'a AtomicU64, dozing: &'a AtomicU64) -> Self {
+        Doorbell { count, dozing }
+    }
+
+    /// Rings: a doze in progress (or about to start after `seen`) returns.
+    /// One add and a fence when nobody dozes; a futex wake when someone does.
+    #[inline]
+    pub fn ring(&self) {
+        self.count.fetch_add(1, Ordering::Release);
+        // Pairs with the fence in `doze` (Dekker's pattern): either the
+        // dozer's futex wait sees the new count and does not sleep, or this
+        // sees it dozing and wakes it.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.dozing.load(Ordering::Relaxed) != 0 {
+            kp_os::futex::wake_all(self.count);
+        }
+    }
+
+    /// The count now: read it before looking at the ring, and pass it to
+    /// [`Doorbell::doze`] once the ring was found empty.
+    #[inline]
+    pub fn seen(&self) -> u64 {
+        self.count.load(Ordering::Acquire)
+    }
+
+    /// Sleeps until the doorbell rings after `seen` or `timeout` passes;
+    /// returns at once if it rang already (the futex compares the count
+    /// with `seen` atomically with going to sleep).
+    pub fn doze(&self, seen: u64, timeout: std::time::Duration) {
+        // A count, not a flag: a predecessor that stops dozing must not
+        // clear the mark of a successor that just began.
+        self.dozing.fetch_add(1, Ordering::Relaxed);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        kp_os::futex::wait(self.count, seen as u32, timeout);
+        self.dozing.fetch_sub(1, Ordering::Relaxed);
+    }
+}
 
 /// What a yielding IF left for its successor.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -282,6 +347,15 @@ impl IfControl {
     /// An owner that dies wakes nobody: hence the timeout.
     pub fn wait_for_release(&self, seen: u64, timeout: std::time::Duration) {
         kp_os::futex::wait(self.word(w::RELEASES), seen as u32, timeout);
+    }
+
+    /// The ring's doorbell (see [`Doorbell`]).
+    #[inline]
+    pub fn doorbell(&self) -> Doorbell<'_> {
+        Doorbell {
+            count: self.word(w::DOORBELL),
+            dozing: self.word(w::DOZING),
+        }
     }
 
     /// Releases the ring with nothing to hand over (a clean exit); false if
@@ -541,5 +615,66 @@ impl ModeCell {
     /// owner comes after it).
     pub fn is_spinning(&self) -> bool {
         self.spinning.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn words() -> Arc<[AtomicU64; 2]> {
+        Arc::new([AtomicU64::new(0), AtomicU64::new(0)])
+    }
+
+    #[test]
+    fn a_doze_returns_at_once_when_the_bell_rang_after_seen() {
+        let w = words();
+        let bell = Doorbell::new(&w[0], &w[1]);
+        let seen = bell.seen();
+        bell.ring(); // nobody dozing: no wake, just the count
+        let t = Instant::now();
+        bell.doze(seen, Duration::from_secs(30));
+        assert!(t.elapsed() < Duration::from_secs(5));
+        assert_eq!(w[1].load(Ordering::Relaxed), 0, "not left dozing");
+    }
+
+    #[test]
+    fn a_ring_wakes_a_dozer_long_before_its_timeout() {
+        let w = words();
+        let dozer = {
+            let w = w.clone();
+            std::thread::spawn(move || {
+                let bell = Doorbell::new(&w[0], &w[1]);
+                let t = Instant::now();
+                bell.doze(0, Duration::from_secs(30));
+                t.elapsed()
+            })
+        };
+        let bell = Doorbell::new(&w[0], &w[1]);
+        while w[1].load(Ordering::Relaxed) == 0 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20)); // into the futex wait
+        bell.ring();
+        let slept = dozer.join().unwrap();
+        assert!(
+            slept >= Duration::from_millis(20),
+            "did not doze: {slept:?}"
+        );
+        assert!(
+            slept < Duration::from_secs(10),
+            "the ring did not wake it: {slept:?}"
+        );
+    }
+
+    #[test]
+    fn a_doze_without_a_ring_ends_at_its_timeout() {
+        let w = words();
+        let bell = Doorbell::new(&w[0], &w[1]);
+        let t = Instant::now();
+        bell.doze(bell.seen(), Duration::from_millis(30));
+        assert!(t.elapsed() >= Duration::from_millis(25));
     }
 }

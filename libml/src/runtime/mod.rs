@@ -55,7 +55,7 @@ use handover::{IfControl, Ledger, Mode, ModeCell};
 pub use succession::NO_TRAFFIC_GRACE;
 use succession::{
     handover_keys, ArmWait, Flow, Forward, Held, MachineConfig, ModeMachine, Step, SuccessionStats,
-    TickView, TookOver, ARMING_SLEEP, STANDBY_NAP,
+    TickView, TookOver, ARMING_SLEEP, DOZE_ASSEMBLING, DOZE_IDLE, STANDBY_NAP,
 };
 
 use crate::backoff::{IdleAction, IdleBackoff};
@@ -321,6 +321,7 @@ fn fragment_loop<'p>(
     let ledger = succession.ledger;
     let mut burst = MbufBurst::<BURST>::new();
     let mut backoff = IdleBackoff::new(cfg.busy_poll);
+    let bell = succession.control.doorbell();
     let mut now = now_ns();
     let mut machine = ModeMachine::<Ring>::new(
         MachineConfig {
@@ -418,6 +419,8 @@ fn fragment_loop<'p>(
         if let Some((gap, taken_ns)) = machine.switchover_gap(kp_os::affinity::monotonic_ns) {
             succession.control.record_switchover(gap, taken_ns);
         }
+        // Read before the ring is: a ring after this wakes a doze below.
+        let rung = bell.seen();
         let got = source.dequeue_burst(&mut burst);
         machine.dequeued(got, now);
         // The frames are read in place; those of a predecessor's requests
@@ -540,6 +543,17 @@ fn fragment_loop<'p>(
         match backoff.after_poll(got > 0) {
             IdleAction::Poll => {}
             IdleAction::Pause => std::hint::spin_loop(),
+            // Our own ring: doze until the if-manager rings (a request's
+            // last fragment, a shed notice, a filling ring) or the clock
+            // says the reassembler has something to time out.
+            IdleAction::Sleep(_) if std::ptr::eq(source, ring) && mode == Mode::Active => {
+                let timeout = if reassembler.in_flight() > 0 {
+                    DOZE_ASSEMBLING
+                } else {
+                    DOZE_IDLE
+                };
+                bell.doze(rung, timeout);
+            }
             IdleAction::Sleep(d) => std::thread::sleep(d),
         }
     }

@@ -55,6 +55,16 @@ use kp_wire::RequestKey;
 /// mode at every poll).
 pub const TICK_EVERY: u32 = 32;
 
+/// How long the active fragment thread dozes on its ring's doorbell at most
+/// while it assembles requests: the granularity of reassembly time-outs
+/// when a request's last fragment is lost.
+pub const DOZE_ASSEMBLING: Duration = Duration::from_millis(1);
+
+/// How long it dozes at most with nothing in flight: the doorbell wakes it
+/// for traffic and for mode changes, so this bounds only how late it sees
+/// the stop flag (and how often an idle IF wakes: 100 times a second).
+pub const DOZE_IDLE: Duration = Duration::from_millis(10);
+
 /// How long a parked shadow sleeps between looks at its mode.
 pub const STANDBY_NAP: Duration = Duration::from_millis(2);
 
@@ -199,6 +209,7 @@ pub fn answer_command(
     bytes: &[u8],
     mode: &ModeCell,
     stop: &AtomicBool,
+    wake: impl Fn(),
     status: impl Fn(Mode) -> IfStatus,
 ) -> Value {
     let cmd = match IfCommand::parse(bytes) {
@@ -211,6 +222,7 @@ pub fn answer_command(
             ControlAction::Refuse(e) => return e.reply(),
             ControlAction::Stop => {
                 stop.store(true, Ordering::Relaxed);
+                wake();
                 return json!({ "ok": true });
             }
             ControlAction::Wait(then) => then,
@@ -218,6 +230,7 @@ pub fn answer_command(
                 if !mode.transition(from, to) {
                     continue; // moved meanwhile: decide on the new mode
                 }
+                wake(); // a dozing fragment thread looks at its mode now
                 then
             }
         };
@@ -897,7 +910,7 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
                 cell.mark_spinning();
             });
-            answer_command(br#"{"cmd":"activate"}"#, &cell, &stop, status)
+            answer_command(br#"{"cmd":"activate"}"#, &cell, &stop, || {}, status)
         });
         assert!(cell.is_spinning(), "replied before the spin");
         assert_eq!(reply, status(Mode::Arming).reply());
@@ -908,6 +921,8 @@ mod tests {
     fn answer_command_yields_and_replies_draining() {
         let cell = ModeCell::new(Mode::Active);
         let stop = AtomicBool::new(false);
+        let wakes = std::cell::Cell::new(0);
+        let wake = || wakes.set(wakes.get() + 1);
         let reply = std::thread::scope(|s| {
             s.spawn(|| {
                 while cell.get() != Mode::Yielding {
@@ -916,12 +931,14 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(5));
                 cell.set(Mode::Draining);
             });
-            answer_command(br#"{"cmd":"yield"}"#, &cell, &stop, status)
+            answer_command(br#"{"cmd":"yield"}"#, &cell, &stop, wake, status)
         });
+        assert_eq!(wakes.get(), 1, "the doorbell rang once the mode moved");
         assert_eq!(reply["ok"], true);
         assert_eq!(reply["mode"], "draining");
         // A second yield: refused, nothing changes.
-        let again = answer_command(br#"{"cmd":"yield"}"#, &cell, &stop, status);
+        let again = answer_command(br#"{"cmd":"yield"}"#, &cell, &stop, wake, status);
+        assert_eq!(wakes.get(), 1, "a refusal moves nothing, wakes nobody");
         assert_eq!(again["error"]["code"], "wrong_mode");
         assert_eq!(
             again["error"]["message"],
@@ -934,17 +951,24 @@ mod tests {
     fn answer_command_stops_refuses_and_reports_bad_commands() {
         let cell = ModeCell::new(Mode::Standby);
         let stop = AtomicBool::new(false);
-        let r = answer_command(br#"{"cmd":"yield"}"#, &cell, &stop, status);
+        let wakes = std::cell::Cell::new(0);
+        let wake = || wakes.set(wakes.get() + 1);
+        let r = answer_command(br#"{"cmd":"yield"}"#, &cell, &stop, wake, status);
         assert_eq!(r["error"]["message"], "cannot yield: the IF is standby");
         assert_eq!(cell.get(), Mode::Standby);
-        let r = answer_command(br#"{"cmd":"status"}"#, &cell, &stop, status);
+        let r = answer_command(br#"{"cmd":"status"}"#, &cell, &stop, wake, status);
         assert_eq!(r, status(Mode::Standby).reply());
-        let r = answer_command(br#"{"cmd":"jump"}"#, &cell, &stop, status);
+        let r = answer_command(br#"{"cmd":"jump"}"#, &cell, &stop, wake, status);
         assert_eq!(r["error"]["code"], codes::UNKNOWN_COMMAND);
         assert!(!stop.load(Ordering::Relaxed));
-        let r = answer_command(br#"{"cmd":"stop"}"#, &cell, &stop, status);
+        let r = answer_command(br#"{"cmd":"stop"}"#, &cell, &stop, wake, status);
         assert_eq!(r, json!({"ok": true}));
         assert!(stop.load(Ordering::Relaxed));
+        assert_eq!(
+            wakes.get(),
+            1,
+            "only the stop rang, so a dozing thread sees it"
+        );
         assert_eq!(cell.get(), Mode::Standby, "stop is the fragment thread's");
     }
 
