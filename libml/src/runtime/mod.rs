@@ -7,7 +7,9 @@
 //!   straight into its input-pool slot (the only copy), and frees the
 //!   burst's mbufs in one bulk call; it answers BAD_REQUEST, OVERLOADED (no free
 //!   slot) and INCOMPLETE (timeout) itself, and hands each complete request
-//!   to the inference thread;
+//!   to the inference thread; with its ring empty it dozes on the ring's
+//!   doorbell (`handover::Doorbell`), which the if-manager rings at a
+//!   request's first and last fragment, instead of waking on a clock;
 //! - the **inference thread** keeps the queue of complete requests, sheds
 //!   those that can no longer meet the SLO (OVERLOADED), asks the
 //!   [`BatchPolicy`] when to run how many, runs the engine on the batch —
