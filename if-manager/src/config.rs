@@ -13,7 +13,7 @@ use clap::Parser;
 use kp_wire::IfId;
 
 /// Shared-memory names (re-exported from libml, which IFs use too).
-pub use libml::names;
+pub use kp_schema::names;
 
 /// kneepoint's data plane: takes request fragments off the NIC, routes them
 /// without a copy to inference-function rings, and sends their answers.
@@ -75,7 +75,7 @@ pub struct Args {
     pub control: Option<String>,
 
     /// Say when it serves on this inherited descriptor: one JSON
-    /// `libml::messages::Readiness` line, as the orchestrator expects.
+    /// `kp_schema::messages::Readiness` line, as the orchestrator expects.
     /// Without it only the "if-manager: ready" log line says so.
     #[arg(long, value_name = "FD")]
     pub notify_fd: Option<i32>,

@@ -3,7 +3,7 @@
 //! The if-manager serves a REP socket (`--control ENDPOINT`). Each request
 //! is one JSON object with a `cmd` field; each gets exactly one JSON reply,
 //! `{"ok": true, ...}` or `{"ok": false, "error": {"code": "...",
-//! "message": "..."}}` (the one error shape of `libml::messages`, whose
+//! "message": "..."}}` (the one error shape of `kp_schema::messages`, whose
 //! `IfManagerCommand` these commands are). A malformed or impossible
 //! command changes nothing.
 //!
@@ -27,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use dpdk::{MbufBurst, Ring, RingFlags, SocketId};
+use kp_schema::messages::{codes, ErrorBody};
 use kp_wire::IfId;
-use libml::messages::{codes, ErrorBody};
 use libml::runtime::handover::IfControl;
 use serde_json::{json, Value};
 
@@ -36,7 +36,7 @@ use crate::config::names;
 use crate::outcome::Counters;
 use crate::routes::{IfCounters, Route, RouteUpdate};
 
-pub use libml::messages::IfManagerCommand as Command;
+pub use kp_schema::messages::IfManagerCommand as Command;
 
 /// The registered inference functions, as the control side knows them.
 #[derive(Debug)]

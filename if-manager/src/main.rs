@@ -4,7 +4,7 @@
 //! one RX and one TX queue, the shared TX ring, the IF rings named on the
 //! command line, the control socket. Then it says it is ready (the
 //! "if-manager: ready" log line; with `--notify-fd`, a
-//! `libml::messages::Readiness` line there too) and the poll loop runs on the main
+//! `kp_schema::messages::Readiness` line there too) and the poll loop runs on the main
 //! lcore until SIGINT/SIGTERM, a control `shutdown` or `--exit-when-idle`.
 //! At exit it prints the final counters as one JSON object on stdout, frees
 //! every mbuf still queued, and removes its hugepage files and runtime
@@ -29,9 +29,9 @@ use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
 use if_manager::routes::RouteTable;
 use if_manager::shed::Shedder;
+use kp_schema::messages::{Readiness, ReadyRole};
 use kp_wire::answered::AnsweredTable;
 use libml::backoff::IdleBackoff;
-use libml::messages::{Readiness, ReadyRole};
 
 /// Per-mbuf data room: DPDK's default (2048 bytes + headroom) holds any
 /// standard-MTU frame, so a fragment is always one segment.

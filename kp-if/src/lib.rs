@@ -9,8 +9,8 @@
 //! [`engine_for`] maps one to the other. What the two binaries share of
 //! their command lines is here too ([`EngineOverrides`]).
 
+use kp_schema::model::{EngineKind, ModelConfig};
 use libml::engine::{EngineError, Framework};
-use libml::model::{EngineKind, ModelConfig};
 
 /// A new, uninitialised engine of `kind`.
 pub fn engine_for(kind: EngineKind) -> Result<Box<dyn Framework>, EngineError> {

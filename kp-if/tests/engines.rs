@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use kp_engine_onnxruntime::OnnxRuntime;
 use kp_engine_tract::{Tract, TractBatching};
 use kp_if::engine_for;
+use kp_schema::model::{repository, EngineKind, InputFormat, ModelConfig};
 use libml::engine::{EngineConfig, Framework, ModelInfo};
-use libml::model::{repository, EngineKind, InputFormat, ModelConfig};
 
 const BATCH: usize = 8;
 

@@ -19,14 +19,11 @@
 //! - [`engine`]: the framework callback interface (`init`, `deinit`,
 //!   `load_model`, `link_model`, `configure_batch`, `infer_batch`) every
 //!   inference engine is hosted through.
-//! - [`model`]: the model repository: `models/<name>/config.toml` read
-//!   into a validated [`model::ModelConfig`] (input format and shape, hence
-//!   the request size; output, top-k, SLO, engine), and [`model::repository`].
+//! - [`model`], [`messages`], [`names`]: the model repository's config,
+//!   the typed messages between processes, the shared-memory names; they
+//!   live in kp-schema (plain data, no DPDK) and are re-exported here.
 //! - [`telemetry`]: per-IF arrival rate, throughput, batch sizes, latency
 //!   EWMA and percentiles, answers by status.
-//! - [`messages`]: the typed messages the processes exchange over ZeroMQ
-//!   (control commands and replies with one error shape, telemetry).
-//! - [`names`]: shared-memory names the if-manager and IFs agree on.
 //! - [`runtime`]: the IF's driver over DPDK: fragments from its ring into
 //!   the input pool, batches through the engine, answers on the TX ring.
 //! - [`seqlock`]: a few words one thread publishes and others read whole,
@@ -38,12 +35,14 @@
 
 #![deny(unsafe_code)]
 
+// The typed messages, the model repository's config and the shared names
+// live in kp-schema (no DPDK), so the orchestrator need not link the data
+// plane; they stay reachable here under their old paths.
+pub use kp_schema::{messages, model, names};
+
 pub mod backoff;
 pub mod batching;
 pub mod engine;
-pub mod messages;
-pub mod model;
-pub mod names;
 pub mod pool;
 pub mod reassembly;
 pub mod runtime;

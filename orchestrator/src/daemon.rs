@@ -58,10 +58,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use libml::batching::{BatchStats, ProvisioningReport};
-use libml::messages::{IfCommand, IfManagerCommand, ReadyRole};
-use libml::runtime::handover::Mode;
-use libml::telemetry::{IfMessage, Publication, TelemetrySnapshot};
+use kp_schema::batching::{BatchStats, ProvisioningReport};
+use kp_schema::messages::{IfCommand, IfManagerCommand, ReadyRole};
+use kp_schema::telemetry::{IfMessage, Publication, TelemetrySnapshot};
+use kp_schema::Mode;
 use serde_json::{json, Value};
 
 use crate::alloc::{split_cores, AllocConfig, Claim, ShareAllocator};

@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kp_os::inherit::ChildFd;
-use libml::messages::{ErrorBody, IfCommand, IfStatus, Readiness, ReadyRole};
+use kp_schema::messages::{ErrorBody, IfCommand, IfStatus, Readiness, ReadyRole};
 use serde_json::Value;
 
 /// Stderr lines kept in memory per process.
@@ -281,7 +281,7 @@ pub fn signal(pid: u32, name: &str) {
 }
 
 /// One JSON request to a ZeroMQ REP socket (an IF's `--listen`, the
-/// if-manager's `--control`): a command of `libml::messages`; the reply,
+/// if-manager's `--control`): a command of `kp_schema::messages`; the reply,
 /// or why there is none. A reply with `"ok": false` is an error carrying
 /// its code and message.
 pub fn request(

@@ -4,7 +4,7 @@
 //! The tuner reads telemetry snapshots of its IF ([`Observation`]: EWMA
 //! latency, EWMA throughput, arrival rate, SLO, the share the IF has now)
 //! and, optionally, libml's provisioning reports
-//! ([`libml::batching::ProvisioningReport`]), and decides the IF's *demand*:
+//! ([`kp_schema::batching::ProvisioningReport`]), and decides the IF's *demand*:
 //! the share it should have. The demand feeds the allocator
 //! ([`crate::alloc::Claim::demand_pct`]), which decides the share the IF
 //! gets. Every call returns a [`Decision`], a plain value that the daemon
@@ -117,7 +117,7 @@
 //! - An idle IF keeps its demand; under contention the allocator caps it at
 //!   its fair level anyway.
 
-use libml::batching::ProvisioningReport;
+use kp_schema::batching::ProvisioningReport;
 use serde::Serialize;
 use thiserror::Error;
 

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use kp_if::{engine_for, EngineOverrides};
+use kp_schema::model::{InputFormat, ModelConfig};
 use libml::engine::EngineConfig;
-use libml::model::{InputFormat, ModelConfig};
 use libml::pool::InputLayout;
 use serde_json::json;
 

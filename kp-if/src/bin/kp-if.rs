@@ -20,11 +20,11 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use dpdk::{Eal, Mempool, ProcessType, Ring, RingFlags};
 use kp_if::{engine_for, EngineOverrides};
+use kp_schema::messages::{IfMessage, IfStatus, Publication, Readiness, ReadyRole};
+use kp_schema::model::ModelConfig;
 use kp_wire::IfId;
 use libml::batching::{BatchConfig, BatchPolicy};
 use libml::engine::EngineConfig;
-use libml::messages::{IfMessage, IfStatus, Publication, Readiness, ReadyRole};
-use libml::model::ModelConfig;
 use libml::names;
 use libml::pool::{InputLayout, InputPool};
 use libml::reassembly::{Reassembler, ReassemblerConfig};
@@ -103,7 +103,7 @@ struct Args {
     stats_json: Option<PathBuf>,
     /// Say when it serves (with `--standby`: when it is parked and can take
     /// over) on this inherited descriptor: one JSON
-    /// `libml::messages::Readiness` line, as the orchestrator expects.
+    /// `kp_schema::messages::Readiness` line, as the orchestrator expects.
     /// Without it only the "kp-if: ready"/"kp-if: standby" log line says so.
     #[arg(long, value_name = "FD")]
     notify_fd: Option<i32>,

@@ -11,8 +11,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use kp_schema::model::{ConfigError, ModelConfig};
 use kp_wire::IfId;
-use libml::model::{ConfigError, ModelConfig};
 use serde::{Deserialize, Serialize};
 
 use super::protocol::{ControlError, IfState, Reply, Request, StatusReport, StatusRow};
@@ -73,9 +73,11 @@ impl ModelCatalog {
     }
 
     /// The catalog of the model repository folder `dir`
-    /// ([`libml::model::repository`]).
+    /// ([`kp_schema::model::repository`]).
     pub fn load(dir: impl AsRef<Path>) -> Result<ModelCatalog, ConfigError> {
-        Ok(ModelCatalog::from_configs(&libml::model::repository(dir)?))
+        Ok(ModelCatalog::from_configs(&kp_schema::model::repository(
+            dir,
+        )?))
     }
 
     /// The catalog of already loaded configs.
