@@ -31,7 +31,8 @@ test-models: setup
 
 # Formatting and clippy (-D warnings, so the workspace lints such as
 # undocumented_unsafe_blocks hold) first, then the unit and property tests
-# of every crate, then the cross-process tests
+# of every crate (kneepoint-client once more with its `image` feature,
+# which nothing in the workspace turns on), then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
 # polling DPDK processes and the machine has 2 cores. Last, every bench/
 # test_*.py (the benchmark scripts' analysis, the side-by-side benchmark's
@@ -39,6 +40,7 @@ test-models: setup
 # (kneepoint and a stand-in HTTP server; ~30 s), so that it cannot rot.
 test: lint build models test-models
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
+	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-client --features image
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
 	$(PYTHON) -m unittest discover -s bench -p 'test_*.py'
 	$(PYTHON) bench/bench.py --smoke --out target/bench/smoke
@@ -108,6 +110,7 @@ gpu-check:
 lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
+	$(CARGO) clippy $(CARGO_FLAGS) -p kneepoint-client --all-targets --features image -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

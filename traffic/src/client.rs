@@ -30,7 +30,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hdrhistogram::Histogram;
-use kp_wire::{fragment_range, FragmentRepr, IfId, MsgType, Response, Status, HEADER_LEN};
+use kneepoint_client::frag::{self, Fragmenter};
+use kp_wire::{MsgType, Response, Status, HEADER_LEN};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -533,13 +534,11 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
     if cfg.frag_size == 0 {
         return Err(ClientError::Usage("--frag-size must be at least 1".into()));
     }
-    let frag_count = u16::try_from(payload_len.div_ceil(cfg.frag_size)).map_err(|_| {
-        ClientError::Usage(format!(
-            "{payload_len} bytes need more than 65535 fragments"
-        ))
-    })?;
-    let total_len = u32::try_from(payload_len)
-        .map_err(|_| ClientError::Usage("payload larger than 4 GiB".into()))?;
+    // The application client's geometry (kp-wire's): what it refuses, a
+    // payload too large for a datagram or more than 65535 fragments, is a
+    // usage error here.
+    let (frag_count, _) = frag::geometry(payload_len, cfg.frag_size)
+        .map_err(|e| ClientError::Usage(format!("--frag-size {}: {e}", cfg.frag_size)))?;
     match cfg.load {
         Load::Open { rate, .. } if !(rate.is_finite() && rate > 0.0) => {
             return Err(ClientError::Usage(format!(
@@ -574,7 +573,7 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
             .spawn(move || receive_loop(&rx, &shared, &done, linger))?
     };
 
-    let send_result = send_loop(cfg, inputs, &socket, &shared, total_len, frag_count);
+    let send_result = send_loop(cfg, inputs, &socket, &shared);
     let send_end = Instant::now();
     done_sending.store(true, Ordering::Release);
     shared.1.notify_all();
@@ -639,8 +638,6 @@ fn send_loop(
     inputs: &Inputs,
     socket: &UdpSocket,
     shared: &(Mutex<Tracker>, Condvar),
-    total_len: u32,
-    frag_count: u16,
 ) -> Result<u64, ClientError> {
     let (lock, cvar) = shared;
     let mut rng = StdRng::seed_from_u64(cfg.seed);
@@ -701,23 +698,16 @@ fn send_loop(
             scheduled,
             Instant::now(),
         );
-        for index in 0..frag_count {
-            let range = fragment_range(total_len, frag_count, index).expect("valid geometry");
-            let len = HEADER_LEN + range.len();
-            FragmentRepr {
-                if_id: IfId(cfg.if_id),
-                request_id,
-                total_len,
-                frag_index: index,
-                frag_count,
-                send_ts_ns,
-            }
-            .emit_header(&mut buf[..HEADER_LEN])
-            .expect("HEADER_LEN bytes");
-            buf[HEADER_LEN..len].copy_from_slice(&payload[range]);
-            send_datagram(socket, &buf[..len])?;
+        // run() checked the geometry with the same payload size.
+        let mut frags = Fragmenter::new(cfg.if_id, request_id, send_ts_ns, payload, cfg.frag_size)
+            .map_err(|e| ClientError::Usage(e.to_string()))?;
+        let frag_count = frags.frag_count();
+        let mut index = 0;
+        while let Some(datagram) = frags.next_into(&mut buf) {
+            send_datagram(socket, datagram)?;
             datagrams += 1;
-            if !cfg.frag_gap.is_zero() && index + 1 < frag_count {
+            index += 1;
+            if !cfg.frag_gap.is_zero() && index < frag_count {
                 std::thread::sleep(cfg.frag_gap);
             }
         }
@@ -813,7 +803,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kp_wire::ResponseRepr;
+    use kp_wire::{IfId, ResponseRepr};
 
     fn answer(id: u64, if_id: u16, ts: u64, status: Status, batch: u16) -> Vec<u8> {
         let results = [(3u32, 0.5f32), (1, 0.25)];

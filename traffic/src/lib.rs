@@ -24,7 +24,8 @@
 //!
 //! The wire codec is kp-wire's (`kp_wire`), never re-implemented here:
 //! headers, frames and responses are emitted and parsed by the same code the
-//! platform runs, and what this crate adds is only what a *sender* needs
+//! platform runs (kp-client cuts requests with the application client's
+//! fragmenter, `kneepoint_client::frag`, itself on kp-wire), and what this crate adds is only what a *sender* needs
 //! (breaking datagrams deliberately, ordering, pacing). Everything random
 //! comes from one `StdRng` seeded by `--seed`, so a run is reproducible
 //! byte for byte. Generation plans packets as small descriptors and builds
