@@ -275,10 +275,17 @@ fn tract_answers_match_onnxruntime_on_a_small_model() -> Result<()> {
     check(&m, &answers, &reference, 1e-3, false).map(drop)
 }
 
-/// An IF ring far too small for a pcap replayed at memory speed: the
-/// if-manager sheds what does not fit, and still every request gets
-/// exactly one answer — OK (matching onnxruntime) or OVERLOADED, never
-/// none, never two — through the shed notices, with nothing lost.
+/// An IF ring smaller than one receive burst: the if-manager sheds what
+/// does not fit, and still every request gets exactly one answer — OK
+/// (matching onnxruntime) or OVERLOADED, never none, never two — through
+/// the shed notices, with nothing lost.
+///
+/// Shedding must not hang on the machine being slow: a 32-slot ring holds
+/// at most 31, an eighth is kept for notices, so at most 27 data fragments
+/// fit, and net_pcap hands the if-manager full bursts of 32 (`RX_BURST`)
+/// from the file. The first burst sheds however fast the IF drains. (A
+/// 128-slot ring shed only while the IF lagged, and an IF woken by the
+/// doorbell kept up on a faster machine: CI saw nothing shed.)
 #[test]
 fn a_full_ring_sheds_requests_and_each_still_gets_exactly_one_answer() -> Result<()> {
     let dir = Scratch::new("inference-shed");
@@ -301,7 +308,7 @@ fn a_full_ring_sheds_requests_and_each_still_gets_exactly_one_answer() -> Result
             "8",
         ],
         &["squeezenet"],
-        &[("KP_RING_SIZE", "128")],
+        &[("KP_RING_SIZE", "32")],
     )?;
     let (ok, overloaded) = check(&m, &answers, &reference, 1e-4, true)?;
     let ifm = &report["if_manager"]["outcomes"];
