@@ -496,7 +496,7 @@ class PrepareEfficientNet(unittest.TestCase):
         self.assertEqual(cfg["input"]["std"], [0.502] * 3)
         self.assertEqual(cfg["output"]["shape"], [1000])
         self.assertEqual((self.mdir / "labels.txt").read_text().split("\n")[967], "espresso")
-        r = run_script("--out", str(self.out), "--only", "efficientnet_lite0")
+        r = run_script("--out", str(self.out), "--only", "efficientnet_lite0", "--photos", str(self.photos))
         self.assertIn("up to date", r.stdout)
 
     def test_photos_extracted(self):
