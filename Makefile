@@ -34,8 +34,9 @@ test-models: setup
 
 # Formatting and clippy (-D warnings, so the workspace lints such as
 # undocumented_unsafe_blocks hold) first, then the unit and property tests
-# of every crate (kneepoint-client once more with its `image` feature,
-# which nothing in the workspace turns on), then the cross-process tests
+# of every crate (kneepoint-client once more on its own with its `image`
+# feature, which the workspace run turns on only because kp-traffic
+# asks for it), then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
 # polling DPDK processes and the machine has 2 cores. Last, every bench/
 # test_*.py (the benchmark scripts' analysis, the side-by-side benchmark's
@@ -53,11 +54,13 @@ test: lint build models test-models
 # between two network namespaces; tcpreplay sends image requests from the
 # client namespace for ~36 s while tcpdump captures the answers; halfway
 # `kpctl slo` changes if 1's SLO live; at the end the `kpctl status` table,
-# the switchover gaps, and a check that every request got exactly one answer.
+# real photos (build/photos/) classified by efficientnet_lite0 (if 10,
+# deployed live) with their top-5 class names, the switchover gaps, and a
+# check that every request got exactly one answer.
 # Watch it from another terminal with the `kpctl ... watch` line it prints.
 # Needs root; cleans up its namespaces, processes and DPDK files on exit.
 demo: build
-	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,shufflenet
+	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,shufflenet,efficientnet_lite0
 	scripts/demo.sh
 
 # The offline demo: the if-manager replays a generated pcap (faults mixed in)

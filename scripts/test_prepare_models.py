@@ -460,7 +460,8 @@ class PrepareEfficientNet(unittest.TestCase):
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory(prefix="kp-models-")
         cls.out = Path(cls.tmp.name)
-        cls.result = run_script("--out", str(cls.out), "--only", "efficientnet_lite0")
+        cls.photos = cls.out / "photos"
+        cls.result = run_script("--out", str(cls.out), "--only", "efficientnet_lite0", "--photos", str(cls.photos))
         cls.mdir = cls.out / "efficientnet_lite0"
 
     @classmethod
@@ -495,8 +496,35 @@ class PrepareEfficientNet(unittest.TestCase):
         self.assertEqual(cfg["input"]["std"], [0.502] * 3)
         self.assertEqual(cfg["output"]["shape"], [1000])
         self.assertEqual((self.mdir / "labels.txt").read_text().split("\n")[967], "espresso")
-        r = run_script("--out", str(self.out), "--only", "efficientnet_lite0")
+        r = run_script("--out", str(self.out), "--only", "efficientnet_lite0", "--photos", str(self.photos))
         self.assertIn("up to date", r.stdout)
+
+    def test_photos_extracted(self):
+        self.assertEqual(self.result.returncode, 0, self.result.stdout + self.result.stderr)
+        self.assertIn(f"photos: {len(pm.PHOTO_FILES)} in {self.photos} ({len(pm.PHOTO_FILES)} written)",
+                      self.result.stdout)
+        self.assertEqual(sorted(p.name for p in self.photos.iterdir()), sorted(f for f, _, _ in pm.PHOTO_FILES))
+        # coffee.png is the photo the check classified: same pixels as its check file
+        img = pm.load_photo("skimage/data/coffee.png")
+        from PIL import Image
+        with Image.open(self.photos / "coffee.png") as im:
+            np.testing.assert_array_equal(np.asarray(im.convert("RGB")), img)
+        u8 = np.fromfile(self.mdir / "check" / "photo_coffee.u8", np.uint8).reshape(224, 224, 3)
+        np.testing.assert_array_equal(pm.resize_shorter_crop(img, pm.PHOTO_RESIZE, 224, 224), u8)
+
+    def test_extract_photos_is_cheap_when_up_to_date_and_checks_bytes(self):
+        with tempfile.TemporaryDirectory() as d:
+            dest = Path(d) / "p"
+            one = [f for f in pm.PHOTO_FILES if f[0] == "coffee.png"]
+            self.assertEqual(pm.extract_photos(dest, one), 1)
+            self.assertEqual(pm.extract_photos(dest, one), 0)  # up to date
+            (dest / "coffee.png").write_bytes(b"changed")
+            self.assertEqual(pm.extract_photos(dest, one), 1)  # rewritten
+            self.assertEqual(pm.sha256_file(dest / "coffee.png"), one[0][2])
+            bad = [("x.png", one[0][1], "0" * 64)]
+            with self.assertRaisesRegex(pm.WheelError, "sha256 .* != pinned"):
+                pm.extract_photos(dest, bad)
+            self.assertFalse((dest / "x.png").exists())
 
     def test_pinned_wheel_mismatch_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:

@@ -62,7 +62,12 @@
 //!   late, unexpected, malformed) and how requests ended.
 //! - [`frag`]: the fragmenter, on kp-wire's header codec and geometry.
 //! - `image` (cargo feature `image`): PNG/JPEG decode, resize and centre
-//!   crop to a model's HxWx3 u8 input.
+//!   crop to a model's HxWx3 u8 input, bit for bit the Python reference of
+//!   scripts/prepare_models.py (`resize_shorter_crop`); `preprocess_rgb`
+//!   for a raw RGB buffer.
+//! - [`labels`]: class names for class ids (a model's labels.txt) and what
+//!   a client needs from a model repository's config.toml (if_id, input
+//!   size, labels file), read with kp-schema's parser.
 //!
 //! # Design
 //!
@@ -150,6 +155,7 @@ mod error;
 pub mod frag;
 #[cfg(feature = "image")]
 pub mod image;
+pub mod labels;
 
 pub use book::{Received, Stats};
 pub use error::{Answer, Class, ClientError, RequestId};

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+pub mod platform;
+
 /// The directory holding the workspace's binaries for this build profile
 /// (the parent of the test executable's `deps/` directory).
 pub fn bin_dir() -> PathBuf {

@@ -1,13 +1,18 @@
 //! kp-client: sends requests to a running platform over a real UDP socket
-//! and reports what came back (see `kp_traffic::client`).
+//! and reports what came back (see `kp_traffic::client`); with `--image`,
+//! classifies photos instead, one request each, and prints the top-k with
+//! the model's class names.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::{Parser, ValueEnum};
+use kneepoint_client::labels::{Labels, LabelsError, ModelInfo};
 use kp_traffic::client::{
     parse_duration, run, Arrival, ClientConfig, ClientError, Load, Stop, MTU_UDP_PAYLOAD,
 };
@@ -34,6 +39,11 @@ enum ArrivalArg {
 /// whatever the platform answered (or not), unless --expect-all-answered.
 /// SIGINT or SIGTERM stops sending early: the requests out are resolved
 /// (answered or timed out) and the report printed as after --duration.
+///
+/// With --image, no load run: each photo is resized and centre-cropped to
+/// the --if-id model's input (read from --models; kneepoint-client's image
+/// preprocessing, the model repository's reference), sent as one request,
+/// and its top-k printed with class names when the model has labels.
 #[derive(Debug, Parser)]
 #[command(name = "kp-client", version)]
 struct Args {
@@ -89,6 +99,15 @@ struct Args {
     /// Exit 3 if any request went unanswered.
     #[arg(long)]
     expect_all_answered: bool,
+    /// Classify these PNG or JPEG photos (one request each, one line of
+    /// top-k each; with --json one JSON object each) instead of a load run.
+    #[arg(long, value_name = "PATH", num_args = 1..,
+          conflicts_with_all = ["requests", "duration", "rate", "concurrency", "expect_all_answered"])]
+    image: Vec<PathBuf>,
+    /// The model repository that --image reads the model's input size and
+    /// class names from (its config.toml for --if-id, and labels file).
+    #[arg(long, default_value = "models", value_name = "DIR", requires = "image")]
+    models: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -102,7 +121,12 @@ fn main() -> ExitCode {
         }
     }
     let a = Args::parse();
-    match client(&a, stop_early) {
+    let result = if a.image.is_empty() {
+        client(&a, stop_early)
+    } else {
+        classify(&a)
+    };
+    match result {
         Ok(code) => code,
         Err(e) => {
             eprintln!("kp-client: {e:#}");
@@ -167,4 +191,94 @@ fn client(a: &Args, stop_early: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_UNANSWERED));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--image`: one blocking request per photo, top-k printed with names.
+fn classify(a: &Args) -> anyhow::Result<ExitCode> {
+    let model = ModelInfo::find(&a.models, a.if_id)?;
+    if !model.rgb_u8 {
+        anyhow::bail!(
+            "model {} (if_id {}) takes f32 tensors, not images",
+            model.name,
+            a.if_id
+        );
+    }
+    let labels = match model.labels() {
+        Ok(labels) => Some(labels),
+        Err(LabelsError::NoLabels { .. }) => None, // class ids only
+        Err(e) => return Err(e.into()),
+    };
+    let client = kneepoint_client::Config::builder(a.dst)
+        .bind(a.bind)
+        .timeout(a.timeout)
+        .fragment_payload(a.frag_size)
+        .input_len(a.if_id, model.input_bytes as usize)
+        .connect()?;
+    for path in &a.image {
+        let input = kneepoint_client::image::from_path(path, model.height, model.width)
+            .with_context(|| format!("{}", path.display()))?;
+        let answer = client
+            .infer(a.if_id, &input)
+            .with_context(|| format!("{}: request to if_id {}", path.display(), a.if_id))?;
+        let name = path
+            .file_name()
+            .unwrap_or(path.as_os_str())
+            .to_string_lossy();
+        if a.json {
+            println!(
+                "{}",
+                serde_json::to_string(&answer_json(&name, &answer, labels.as_ref()))?
+            );
+        } else {
+            println!("{name}: {}", top_k_text(&answer, labels.as_ref()));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `1. espresso 0.953, 2. cup 0.014, ...`; `1. class 967 0.953, ...`
+/// without labels. A label is its first comma-separated name (ImageNet's
+/// "tabby, tabby cat" is "tabby").
+fn top_k_text(answer: &kneepoint_client::Answer, labels: Option<&Labels>) -> String {
+    let items: Vec<String> = answer
+        .top_k
+        .iter()
+        .enumerate()
+        .map(|(i, c)| match labels.and_then(|l| l.get(c.class)) {
+            Some(label) => {
+                let short = label.split(',').next().unwrap_or(label);
+                format!("{}. {short} {:.3}", i + 1, c.score)
+            }
+            None => format!("{}. class {} {:.3}", i + 1, c.class, c.score),
+        })
+        .collect();
+    items.join(", ")
+}
+
+/// One photo's answer as JSON: class ids, full labels (null without) and
+/// scores, highest first.
+fn answer_json(
+    image: &str,
+    answer: &kneepoint_client::Answer,
+    labels: Option<&Labels>,
+) -> serde_json::Value {
+    let top_k: Vec<serde_json::Value> = answer
+        .top_k
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "class": c.class,
+                "label": labels.and_then(|l| l.get(c.class)),
+                "score": c.score,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "image": image,
+        "if_id": answer.if_id,
+        "top_k": top_k,
+        "batch_size": answer.batch_size,
+        "platform_latency_us": answer.platform_latency_us,
+        "rtt_us": answer.rtt.as_micros() as u64,
+    })
 }

@@ -1,0 +1,148 @@
+//! The live platform in one call, for tests that send requests through the
+//! real data path: a veth pair between two network namespaces, the
+//! if-manager on it (DPDK `net_af_packet`), and one inference function
+//! (`kp-if`, a DPDK secondary) serving one model of the repository.
+//! Requests go from the client namespace ([`Platform::client_command`]).
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{ensure, Result};
+use serde_json::Value;
+
+use crate::{dpdk_files_left, file_prefix, Daemon, NetnsPair, Scratch};
+
+/// EAL options of one process of a test platform.
+pub fn eal(prefix: &str, lcores: &str, extra: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = [
+        "--lcores",
+        lcores,
+        "--file-prefix",
+        prefix,
+        "--no-pci",
+        "--no-telemetry",
+        "--log-level",
+        "lib.eal:error",
+    ]
+    .map(String::from)
+    .to_vec();
+    v.extend_from_slice(extra);
+    v
+}
+
+/// A running if-manager + one kp-if in a network namespace. Dropping it
+/// stops everything (the processes, then the namespaces); [`Platform::stop`]
+/// does the same and returns the final reports.
+#[derive(Debug)]
+pub struct Platform {
+    // Fields drop in order: the processes before the namespaces they run in.
+    kp_if: Daemon,
+    ifm: Daemon,
+    net: NetnsPair,
+    _dir: Scratch,
+    prefix: String,
+}
+
+/// What the processes reported when stopped.
+#[derive(Debug)]
+pub struct Reports {
+    /// kp-if's final JSON report.
+    pub kp_if: Value,
+    /// The if-manager's final JSON report.
+    pub if_manager: Value,
+}
+
+impl Platform {
+    /// Brings up namespaces and processes for `test` (a name unique among
+    /// tests in its first 5 characters, letters, digits or `_`), with kp-if serving `model` (a config.toml) on one core
+    /// with two threads under a generous SLO (a busy test machine still
+    /// serves; shedding is the batching tests' job).
+    pub fn up(test: &str, model: &Path) -> Result<Platform> {
+        ensure!(
+            model.exists(),
+            "{} is missing: run `make models` first",
+            model.display()
+        );
+        // netns.sh names are at most 12 characters: kp + 5 + 5 digits.
+        let short: String = test.chars().take(5).collect();
+        let net = NetnsPair::up(&format!("kp{short}{}", std::process::id() % 100_000))?;
+        let dir = Scratch::new(test);
+        let prefix = file_prefix(test);
+        let control = format!("ipc://{}", dir.path("ifm.sock").display());
+        let telemetry = format!("ipc://{}", dir.path("telemetry.sock").display());
+        let ns = ["ip", "netns", "exec", net.get("PLATFORM_NS")];
+        let vdev = format!("net_af_packet0,iface={}", net.get("PLATFORM_IF"));
+        let ifm = Daemon::start(
+            &ns,
+            &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
+            &eal(&prefix, "0@0", &["--vdev".into(), vdev]),
+        )?;
+        let kp_if = Daemon::start_bin(
+            &ns,
+            "kp-if",
+            &[
+                "--model".into(),
+                model.display().to_string(),
+                "--control".into(),
+                control,
+                "--telemetry".into(),
+                telemetry,
+                "--slo-ms".into(),
+                "2000".into(),
+                "--cores".into(),
+                "1".into(),
+                "--threads".into(),
+                "2".into(),
+            ],
+            &eal(
+                &prefix,
+                "1@(0-1)",
+                &["--proc-type".into(), "secondary".into()],
+            ),
+            "kp-if: ready",
+        )?;
+        Ok(Platform {
+            kp_if,
+            ifm,
+            net,
+            _dir: dir,
+            prefix,
+        })
+    }
+
+    /// The platform's UDP address, `IP:9000`.
+    pub fn address(&self) -> String {
+        format!("{}:9000", self.net.get("PLATFORM_IP"))
+    }
+
+    /// `ip netns exec CLIENT_NS <program>`: a command run from the client
+    /// side of the veth pair.
+    pub fn client_command(&self, program: &Path) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.net.get("CLIENT_NS")])
+            .arg(program);
+        c
+    }
+
+    /// Stops kp-if, then the if-manager; checks that the if-manager got
+    /// every mbuf back and that no DPDK file is left behind.
+    pub fn stop(self) -> Result<Reports> {
+        let Platform {
+            kp_if,
+            ifm,
+            net,
+            _dir,
+            prefix,
+        } = self;
+        let kp_if = kp_if.stop()?;
+        let if_manager = ifm.stop()?;
+        drop(net);
+        ensure!(
+            if_manager["mempool"]["in_use_at_exit"] == 0,
+            "if-manager: {if_manager}"
+        );
+        let left = dpdk_files_left(&prefix);
+        ensure!(left.is_empty(), "DPDK files left behind: {left:?}");
+        Ok(Reports { kp_if, if_manager })
+    }
+}
