@@ -33,7 +33,9 @@
 # KP_DEMO_TUNING (true|false, default true), KP_DEMO_HOLD_DOWN_S (tuning
 # hold-down, default 10), KP_DEMO_PIN (true|false, default true: pin if 5;
 # false: the tuning loop moves both shares, re-provisioning both IFs at
-# once), PROFILE (release).
+# once), KP_DEMO_KEEP (true|false, default false: true keeps the platform
+# up after the photos, printing what to try against it from another
+# terminal, until Enter is pressed), PROFILE (release).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$repo/target/${PROFILE:-release}"
@@ -47,6 +49,7 @@ new_slo=${KP_DEMO_SLO_MS:-50}
 tuning=${KP_DEMO_TUNING:-true}
 hold_down=${KP_DEMO_HOLD_DOWN_S:-10}
 pin=${KP_DEMO_PIN:-true}
+keep=${KP_DEMO_KEEP:-false}
 frag_size=1400          # payload per fragment: 1460-byte datagrams, under the veth's MTU
 net="kpd$$"             # namespaces kpdPID-c / kpdPID-p (netns.sh: at most 12 characters)
 prefix="kpdemo-$$"      # the platform's DPDK --file-prefix
@@ -73,7 +76,9 @@ done
 [[ "$seconds" =~ ^[0-9]+$ && "$seconds" -ge 4 ]] || die "KP_DEMO_SECONDS must be a whole number >= 4"
 [[ "$rps" =~ ^[0-9]+$ && "$rps" -ge 1 ]] || die "KP_DEMO_RPS must be a whole number >= 1"
 [[ "$new_slo" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "KP_DEMO_SLO_MS must be a number of milliseconds"
-[[ "$tuning" =~ ^(true|false)$ && "$pin" =~ ^(true|false)$ ]] || die "KP_DEMO_TUNING and KP_DEMO_PIN are true or false"
+[[ "$tuning" =~ ^(true|false)$ && "$pin" =~ ^(true|false)$ && "$keep" =~ ^(true|false)$ ]] ||
+  die "KP_DEMO_TUNING, KP_DEMO_PIN and KP_DEMO_KEEP are true or false"
+[[ "$keep" == false || -t 0 ]] || die "KP_DEMO_KEEP=true waits for Enter: run it from a terminal"
 [[ "$hold_down" =~ ^[0-9]+([.][0-9]+)?$ ]] || die "KP_DEMO_HOLD_DOWN_S must be a number of seconds"
 
 # The platform maps 384 MiB of 2 MiB hugepages at start (-m 384 in
@@ -298,6 +303,20 @@ ip netns exec "$CLIENT_NS" "$bin/kp-client" --dst "$PLATFORM_IP:9000" --if-id 10
   die "kp-client --image failed"
 indent < "$out/photos.txt"
 grep -q '^coffee.png: 1\. espresso ' "$out/photos.txt" || die "coffee.png is not classified espresso"
+
+if [[ "$keep" == true ]]; then
+  say "the platform stays up (KP_DEMO_KEEP=true); from another terminal, as root, try:"
+  cat <<EOF | indent
+ip netns exec $CLIENT_NS $repo/.venv/bin/python -c '
+import kneepoint
+client = kneepoint.Client("$PLATFORM_IP:9000", models="$repo/models")
+for p in client.infer(10, "$repo/build/photos/chelsea.png"):
+    print(p.class_id, p.label, round(p.score, 3))'
+ip netns exec $CLIENT_NS $bin/kp-client --dst $PLATFORM_IP:9000 --if-id 10 --models $repo/models --image $repo/build/photos/*.png
+$bin/kpctl --endpoint $endpoint status
+EOF
+  read -r -p "   press Enter to shut the platform down and finish the checks " _ || true
+fi
 
 say "kpctl shutdown"
 kpctl shutdown | indent
