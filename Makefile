@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build models test test-models demo demo-offline bench bench-peers fuzz miri gpu-bundle gpu-check lint fmt clean
+.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers fuzz miri gpu-bundle gpu-check lint fmt clean
 
 all: build
 
@@ -18,6 +18,22 @@ setup:
 
 build: setup
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
+
+# The Python package `kneepoint` (python/: a PyO3 crate outside the
+# workspace plus the Python layer), installed into .venv as an editable
+# install by maturin (pinned in scripts/setup.sh): python/kneepoint/ is
+# imported in place, with the native module built into it. Rebuilt only when
+# its sources or the client library's change (the stamp is in the venv, so a
+# new venv rebuilds it); ~1 min the first time, else nothing.
+PY_STAMP := .venv/.kneepoint-installed
+PY_SOURCES := $(wildcard python/Cargo.toml python/Cargo.lock python/pyproject.toml python/src/*.rs \
+	client/Cargo.toml client/src/*.rs wire/Cargo.toml wire/src/*.rs)
+
+python: setup $(PY_STAMP)
+
+$(PY_STAMP): $(PY_SOURCES)
+	CARGO_TARGET_DIR=$${CARGO_TARGET_DIR:-$(CURDIR)/target} .venv/bin/maturin develop --quiet --locked --profile $(PROFILE) -m python/Cargo.toml
+	@touch $@
 
 # The model repository models/ (git-ignored) from configs/models.toml: the
 # ONNX project's light model-zoo copies made batchable, with seeded random
@@ -41,9 +57,10 @@ test-models: setup
 # test_*.py (the benchmark scripts' analysis, the side-by-side benchmark's
 # report rules) and a smoke run of its harness at tiny loads
 # (kneepoint and a stand-in HTTP server; ~30 s), so that it cannot rot.
-test: lint build models test-models
+test: lint build models test-models python
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-client --features image
+	$(PYTHON) -m unittest discover -s python/tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
 	$(PYTHON) -m unittest discover -s bench -p 'test_*.py'
 	$(PYTHON) bench/bench.py --smoke --out target/bench/smoke
@@ -114,9 +131,12 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 	$(CARGO) clippy $(CARGO_FLAGS) -p kneepoint-client --all-targets --features image -- -D warnings
+	$(CARGO) fmt --manifest-path python/Cargo.toml -- --check
+	$(CARGO) clippy $(CARGO_FLAGS) --manifest-path python/Cargo.toml --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt --manifest-path python/Cargo.toml
 
 clean:
 	$(CARGO) clean
