@@ -42,7 +42,7 @@ def fail(msg: str) -> None:
 
 
 def check_photo(client: kneepoint.Client, photo: Path) -> dict[str, object]:
-    routes: dict[str, object] = {"path": photo, "array": None, "pil": None}
+    routes: dict[str, kneepoint.ImageLike | None] = {"path": photo, "array": None, "pil": None}
     try:
         from PIL import Image
 
@@ -154,7 +154,7 @@ def main() -> None:
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per request")
     a = p.parse_args()
     client = kneepoint.Client(a.addr, models=a.models, timeout=a.timeout)
-    summary = {
+    summary: dict[str, object] = {
         "photo_top1": check_photo(client, a.photo),
         "concurrency": check_concurrency(client, a.threads, a.requests),
     }

@@ -185,7 +185,7 @@ class ClientErrors(unittest.TestCase):
         with self.assertRaises(kneepoint.ImageError):
             c.infer(3, np.zeros((4, 5, 3), np.float32))
         with self.assertRaises(TypeError):
-            c.infer(3, 3.14)
+            c.infer(3, 3.14)  # type: ignore[arg-type]
         with self.assertRaises(kneepoint.ImageError):
             c.infer(3, Path(self.tmp.name) / "no-such.png")
         with self.assertRaises(kneepoint.NoModelError):
@@ -197,7 +197,7 @@ class ClientErrors(unittest.TestCase):
         with self.assertRaises(ValueError):
             c.infer(3, b"\x00" * 60, k=0)
         with self.assertRaises(TypeError):
-            kneepoint.Client(self.sink.addr, models=False).submit(3, 3.14)
+            kneepoint.Client(self.sink.addr, models=False).submit(3, 3.14)  # type: ignore[arg-type]
         self.assertEqual(self.sink.requests(wait=0.2), {})
 
     def test_submit_poll_and_wait(self) -> None:
@@ -233,7 +233,7 @@ class Inputs(unittest.TestCase):
         self.sink.close()
         self.tmp.cleanup()
 
-    def sent(self, image: object) -> bytes:
+    def sent(self, image: kneepoint.ImageLike) -> bytes:
         rid = self.c.submit(3, image)
         return self.sink.requests()[rid]
 
