@@ -18,7 +18,7 @@ labels), input conversion and Python types.
 Threads: one :class:`Client` serves any number of threads; every blocking
 call releases the GIL while it waits.
 
-Retries: none by default. A retry is always a *new* request with a new
+Retries: none by default (``Client(retries=N)`` for infer). A retry is always a *new* request with a new
 request id (the platform answers a request id once and then ignores it
 for a while, so re-sending under the same id would be met with silence);
 ``KneepointError.retryable`` says which errors a new attempt may cure
@@ -92,6 +92,7 @@ for _obj in list(globals().values()):
     if isinstance(_obj, type) and issubclass(_obj, KneepointError):
         _obj.__module__ = __name__
 
+#: Input bytes per datagram unless told otherwise (kp-client's too).
 DEFAULT_FRAGMENT_PAYLOAD: int = _native.DEFAULT_FRAGMENT_PAYLOAD
 MAX_FRAGMENT_PAYLOAD: int = _native.MAX_FRAGMENT_PAYLOAD
 
@@ -265,7 +266,10 @@ class Client:
     ``False`` for none); with one, inputs of a wrong size are refused locally and if_ids it
     lacks raise :class:`UnknownIfError` without sending; without one, only
     raw inputs (bytes, uint8 arrays) are accepted, sent as they are, and
-    labels are None. ``fragment_payload``: input bytes per datagram."""
+    labels are None. ``fragment_payload``: input bytes per datagram.
+    ``retries``: how many times :meth:`infer` sends the input again, each
+    time as a new request, after a retryable error (default 0: retrying an
+    overloaded platform adds load); submit/poll users resubmit themselves."""
 
     def __init__(
         self,
@@ -274,12 +278,15 @@ class Client:
         timeout: float = 1.0,
         models: str | os.PathLike[str] | None | Literal[False] = None,
         fragment_payload: int = DEFAULT_FRAGMENT_PAYLOAD,
+        retries: int = 0,
     ) -> None:
         repo = None if models is False else Path(models) if models is not None else _default_models()
         self._models: dict[int, Model] | None = load_models(repo) if repo is not None else None
         self._repo = repo
         lens = [(m.if_id, m.input_len) for m in (self._models or {}).values()]
-        self._native = _native.NativeClient(addr, float(timeout), int(fragment_payload), lens)
+        if retries < 0:
+            raise ValueError(f"retries must be >= 0, got {retries}")
+        self._native = _native.NativeClient(addr, float(timeout), int(fragment_payload), lens, int(retries))
 
     @property
     def models(self) -> Mapping[int, Model] | None:

@@ -15,7 +15,12 @@ Buffer = Any
 
 class NativeClient:
     def __init__(
-        self, addr: str, timeout: float, fragment_payload: int, input_lens: list[tuple[int, int]]
+        self,
+        addr: str,
+        timeout: float,
+        fragment_payload: int,
+        input_lens: list[tuple[int, int]],
+        retries: int,
     ) -> None: ...
     def infer(self, if_id: int, data: Buffer) -> RawAnswer: ...
     def submit(self, if_id: int, data: Buffer) -> int: ...

@@ -195,19 +195,22 @@ struct NativeClient {
 impl NativeClient {
     /// Binds a UDP socket, connects it to `addr` and starts the receiver
     /// thread. `input_lens` maps if_id to its input size in bytes (other
-    /// sizes are refused locally with WrongSizeError).
+    /// sizes are refused locally with WrongSizeError); `retries`: how many
+    /// times `infer` tries again, as a new request, after a retryable error.
     #[new]
-    #[pyo3(signature = (addr, timeout, fragment_payload, input_lens))]
+    #[pyo3(signature = (addr, timeout, fragment_payload, input_lens, retries))]
     fn new(
         py: Python<'_>,
         addr: &str,
         timeout: f64,
         fragment_payload: usize,
         input_lens: Vec<(u16, usize)>,
+        retries: u32,
     ) -> PyResult<Self> {
         let mut cfg = Config::builder(addr)
             .timeout(seconds("timeout", timeout)?)
-            .fragment_payload(fragment_payload);
+            .fragment_payload(fragment_payload)
+            .retries(retries);
         for (if_id, len) in input_lens {
             cfg = cfg.input_len(if_id, len);
         }

@@ -109,6 +109,19 @@ class ClientErrors(unittest.TestCase):
         self.assertEqual(list(self.sink.requests().values()), [b"abc"])
         self.assertEqual(c.stats()["timed_out"], 1)
 
+    def test_retries_are_new_requests(self) -> None:
+        c = kneepoint.Client(self.sink.addr, models=False, timeout=0.2, retries=2)
+        t0 = time.monotonic()
+        with self.assertRaises(kneepoint.TimeoutError):
+            c.infer(7, b"again")
+        self.assertGreaterEqual(time.monotonic() - t0, 0.59)
+        sent = self.sink.requests()
+        # Three requests, three request ids, the same input.
+        self.assertEqual(sorted(sent.values()), [b"again"] * 3)
+        self.assertEqual(c.stats()["timed_out"], 3)
+        with self.assertRaises(ValueError):
+            kneepoint.Client(self.sink.addr, models=False, retries=-1)
+
     def test_threads_wait_at_once_with_the_gil_released(self) -> None:
         c = kneepoint.Client(self.sink.addr, models=False, timeout=0.5)
         errors: list[BaseException] = []
