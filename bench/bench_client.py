@@ -12,7 +12,8 @@ alike); each prints one line, the end a summary and one JSON line.
 
 Rate: answers (any status) per second. kp-client's is its report's
 `throughput` (answers over the span from first send to last answer); the
-Python one is answers over the same span, from C threads each looping
+Python one is answers over the same span (a request that timed out is no
+answer and does not stretch the span), from C threads each looping
 submit + wait on one shared Client, inputs prepared up front (16 distinct
 224x224x3 numpy arrays, as kp-client's 16 synthetic images).
 
@@ -54,7 +55,7 @@ def kp_client_round(exe: str, addr: str, if_id: int, conc: int, duration: float)
     ).stdout
     r = json.loads(out.strip().splitlines()[-1])
     return {"rate": r["throughput"], "answered": r["answered"], "ok": r["status"]["ok"],
-            "rtt_p50_us": r["rtt_us"].get("p50")}
+            "unanswered": r["unanswered"], "rtt_p50_us": r["rtt_us"].get("p50")}
 
 
 def python_round(addr: str, if_id: int, conc: int, duration: float) -> dict[str, Any]:
@@ -78,16 +79,18 @@ def python_round(addr: str, if_id: int, conc: int, duration: float) -> dict[str,
             t0 = time.perf_counter()
             rid = client.submit(if_id, image)
             t1 = time.perf_counter()
+            first_t = min(first_t, t0)
             try:
                 a = client.wait(rid)
                 t2 = time.perf_counter()
                 ok += 1
                 my_added.append(t2 - t0 - a.rtt)
                 my_submit.append(t1 - t0)
-            except kneepoint.KneepointError:
+            except kneepoint.TimeoutError:
+                continue  # unanswered: neither an answer nor the span's end
+            except kneepoint.PlatformError:
                 t2 = time.perf_counter()
             answered += 1
-            first_t = min(first_t, t0)
             last_t = t2
         with lock:
             added.extend(my_added)
@@ -135,7 +138,8 @@ def main() -> None:
         added += p["added"]
         submit += p["submit"]
         overhead += [x + y for x, y in zip(p["added"], p["submit"])]
-        print(f"round {r + 1}: kp-client {k['rate']:8.1f}/s ({k['ok']} ok of {k['answered']})  "
+        print(f"round {r + 1}: kp-client {k['rate']:8.1f}/s ({k['ok']} ok of {k['answered']}, "
+              f"{k['unanswered']} timed out)  "
               f"python {p['rate']:8.1f}/s ({p['ok']} ok of {p['answered']}, {p['timed_out']} timed out)  "
               f"ratio {p['rate'] / k['rate']:.3f}", flush=True)
     ratios = [p / k for p, k in zip(py, rust)]
