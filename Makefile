@@ -31,7 +31,9 @@ PY_SOURCES := $(wildcard python/Cargo.toml python/Cargo.lock python/pyproject.to
 
 python: setup $(PY_STAMP)
 
-$(PY_STAMP): $(PY_SOURCES)
+# Also rebuilt when the module is gone from the tree (git clean).
+.PHONY: python-module-missing
+$(PY_STAMP): $(PY_SOURCES) $(if $(wildcard python/kneepoint/_native*.so),,python-module-missing)
 	CARGO_TARGET_DIR=$${CARGO_TARGET_DIR:-$(CURDIR)/target} .venv/bin/maturin develop --quiet --locked --profile $(PROFILE) -m python/Cargo.toml
 	@touch $@
 
@@ -51,7 +53,8 @@ test-models: setup
 # Formatting and clippy (-D warnings, so the workspace lints such as
 # undocumented_unsafe_blocks hold) first, then the unit and property tests
 # of every crate (kneepoint-client once more with its `image` feature,
-# which nothing in the workspace turns on), then the cross-process tests
+# which nothing in the workspace turns on), the Python package's tests
+# (python/tests, no platform needed), then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
 # polling DPDK processes and the machine has 2 cores. Last, every bench/
 # test_*.py (the benchmark scripts' analysis, the side-by-side benchmark's
