@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build models test test-models demo demo-offline bench bench-peers fuzz miri gpu-bundle gpu-check lint fmt clean
+.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers fuzz miri gpu-bundle gpu-check lint fmt clean
 
 all: build
 
@@ -18,6 +18,24 @@ setup:
 
 build: setup
 	$(CARGO) build $(CARGO_FLAGS) --workspace --bins
+
+# The Python package `kneepoint` (python/: a PyO3 crate outside the
+# workspace plus the Python layer), installed into .venv as an editable
+# install by maturin (pinned in scripts/setup.sh): python/kneepoint/ is
+# imported in place, with the native module built into it. Rebuilt only when
+# its sources or the client library's change (the stamp is in the venv, so a
+# new venv rebuilds it); ~1 min the first time, else nothing.
+PY_STAMP := .venv/.kneepoint-installed
+PY_SOURCES := $(wildcard python/Cargo.toml python/Cargo.lock python/pyproject.toml python/src/*.rs \
+	client/Cargo.toml client/src/*.rs wire/Cargo.toml wire/src/*.rs schema/Cargo.toml schema/src/*.rs)
+
+python: setup $(PY_STAMP)
+
+# Also rebuilt when the module is gone from the tree (git clean).
+.PHONY: python-module-missing
+$(PY_STAMP): $(PY_SOURCES) $(if $(wildcard python/kneepoint/_native*.so),,python-module-missing)
+	CARGO_TARGET_DIR=$${CARGO_TARGET_DIR:-$(CURDIR)/target} .venv/bin/maturin develop --quiet --locked --profile $(PROFILE) -m python/Cargo.toml
+	@touch $@
 
 # The model repository models/ (git-ignored) from configs/models.toml: the
 # ONNX project's light model-zoo copies made batchable, with seeded random
@@ -36,15 +54,17 @@ test-models: setup
 # undocumented_unsafe_blocks hold) first, then the unit and property tests
 # of every crate (kneepoint-client once more on its own with its `image`
 # feature, which the workspace run turns on only because kp-traffic
-# asks for it), then the cross-process tests
+# asks for it), the Python package's tests (python/tests, no platform
+# needed), then the cross-process tests
 # (DPDK primary + secondaries, pcap and veth), one at a time: each runs
 # polling DPDK processes and the machine has 2 cores. Last, every bench/
 # test_*.py (the benchmark scripts' analysis, the side-by-side benchmark's
 # report rules) and a smoke run of its harness at tiny loads
 # (kneepoint and a stand-in HTTP server; ~30 s), so that it cannot rot.
-test: lint build models test-models
+test: lint build models test-models python
 	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-client --features image
+	$(PYTHON) -m unittest discover -s python/tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1
 	$(PYTHON) -m unittest discover -s bench -p 'test_*.py'
 	$(PYTHON) bench/bench.py --smoke --out target/bench/smoke
@@ -59,7 +79,7 @@ test: lint build models test-models
 # check that every request got exactly one answer.
 # Watch it from another terminal with the `kpctl ... watch` line it prints.
 # Needs root; cleans up its namespaces, processes and DPDK files on exit.
-demo: build
+demo: build python
 	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,shufflenet,efficientnet_lite0
 	scripts/demo.sh
 
@@ -117,9 +137,12 @@ lint: setup
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 	$(CARGO) clippy $(CARGO_FLAGS) -p kneepoint-client --all-targets --features image -- -D warnings
+	$(CARGO) fmt --manifest-path python/Cargo.toml -- --check
+	$(CARGO) clippy $(CARGO_FLAGS) --manifest-path python/Cargo.toml --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all
+	$(CARGO) fmt --manifest-path python/Cargo.toml
 
 clean:
 	$(CARGO) clean

