@@ -138,7 +138,7 @@ lint: setup
 	$(CARGO) clippy $(CARGO_FLAGS) --workspace --all-targets -- -D warnings
 	$(CARGO) clippy $(CARGO_FLAGS) -p kneepoint-client --all-targets --features image -- -D warnings
 	$(CARGO) fmt --manifest-path python/Cargo.toml -- --check
-	$(CARGO) clippy $(CARGO_FLAGS) --manifest-path python/Cargo.toml --all-targets -- -D warnings
+	$(CARGO) clippy $(CARGO_FLAGS) --manifest-path python/Cargo.toml --target-dir target --all-targets -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

@@ -55,7 +55,7 @@
 
 use std::time::Duration;
 
-use kneepoint_client::image::{self as kimage, DynamicImage};
+use kneepoint_client::image as kimage;
 use kneepoint_client::{Answer, Client, ClientError, Config, RequestId, Stats};
 use pyo3::buffer::PyBuffer;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -316,7 +316,8 @@ fn check_dims(what: &str, height: u32, width: u32) -> PyResult<()> {
 
 /// An `height`x`width` RGB u8 image (`rgb`: row-major HxWx3 bytes, any
 /// buffer) preprocessed to an `out_height`x`out_width` model input: the
-/// Rust crate's `image::preprocess` (resize the shorter side, centre crop).
+/// Rust crate's `image::preprocess_rgb` (resize the shorter side, centre
+/// crop: bit for bit the model repository's preprocessing).
 #[pyfunction]
 fn preprocess_rgb<'py>(
     py: Python<'py>,
@@ -332,21 +333,11 @@ fn preprocess_rgb<'py>(
         Input::Bytes(b) => b.as_bytes().to_vec(),
         Input::Copied(v) => v,
     };
-    let expected = u64::from(height) * u64::from(width) * 3;
-    if data.len() as u64 != expected {
-        return Err(PyValueError::new_err(format!(
-            "an RGB image of {height}x{width} is {expected} bytes, got {}",
-            data.len()
-        )));
-    }
-    let out = py.detach(|| {
-        image::RgbImage::from_raw(width, height, data)
-            .map(|img| kimage::preprocess(&DynamicImage::ImageRgb8(img), out_height, out_width))
-    });
+    // The crate checks the length (a typed error, raised as ValueError).
+    let out = py.detach(|| kimage::preprocess_rgb(&data, width, height, out_height, out_width));
     match out {
-        Some(v) => Ok(PyBytes::new(py, &v)),
-        // Sizes were checked above; from_raw refuses only a short buffer.
-        None => Err(PyValueError::new_err("image buffer too small")),
+        Ok(v) => Ok(PyBytes::new(py, &v)),
+        Err(e) => Err(PyValueError::new_err(e.to_string())),
     }
 }
 
