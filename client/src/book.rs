@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use kp_wire::{Response, Status};
 
-use crate::{Answer, Class, ClientError, RequestId};
+use crate::{Answer, Class, ClientError, Reply, RequestId};
 
 /// How many recently finished request ids are remembered to tell a
 /// duplicate or late answer from an unexpected one (direct-mapped by id;
@@ -94,6 +94,9 @@ pub struct Book {
     /// collected by `take` are skipped.
     ready: VecDeque<u64>,
     recent: Box<[Option<(u64, Ended)>]>,
+    /// How each answered request's answer came (any status), until its
+    /// result is collected.
+    replies: HashMap<u64, Reply>,
     stats: Stats,
 }
 
@@ -112,6 +115,7 @@ impl Book {
             done: HashMap::new(),
             ready: VecDeque::new(),
             recent: vec![None; RECENT].into_boxed_slice(),
+            replies: HashMap::new(),
             stats: Stats::default(),
         }
     }
@@ -184,6 +188,16 @@ impl Book {
                 rtt: now.saturating_duration_since(p.sent_at),
             }),
         };
+        self.replies.insert(
+            id,
+            Reply {
+                status,
+                batch_size: r.batch_size(),
+                platform_latency_us: r.latency_us(),
+                sent_at: p.sent_at,
+                received_at: now,
+            },
+        );
         self.stats.answered += 1;
         self.end(id, Ended::Answered, result);
         Received::Answer(RequestId(id), status)
@@ -250,6 +264,7 @@ impl Book {
             self.stats.submitted -= 1;
         }
         self.done.remove(&id);
+        self.replies.remove(&id);
         self.recent[slot(id)] = Some((id, Ended::Otherwise));
     }
 
@@ -261,16 +276,29 @@ impl Book {
 
     /// Request `id`'s result, once, if it has one.
     pub fn take(&mut self, id: u64) -> Option<Result<Answer, ClientError>> {
+        self.replies.remove(&id);
         self.done.remove(&id)
     }
 
     /// The results of every pollable request that ended and was not
     /// collected yet, in the order they ended.
     pub fn take_ready(&mut self) -> Vec<(RequestId, Result<Answer, ClientError>)> {
+        self.take_ready_replies()
+            .into_iter()
+            .map(|(id, r, _)| (id, r))
+            .collect()
+    }
+
+    /// [`take_ready`](Self::take_ready), each result with how its answer
+    /// came (`None`: it ended without one: timeout, unreachable).
+    #[allow(clippy::type_complexity)]
+    pub fn take_ready_replies(
+        &mut self,
+    ) -> Vec<(RequestId, Result<Answer, ClientError>, Option<Reply>)> {
         let mut out = Vec::with_capacity(self.ready.len());
         while let Some(id) = self.ready.pop_front() {
             if let Some(r) = self.done.remove(&id) {
-                out.push((RequestId(id), r));
+                out.push((RequestId(id), r, self.replies.remove(&id)));
             }
         }
         out

@@ -1,7 +1,7 @@
 //! What a request ends in: an [`Answer`] or a [`ClientError`].
 
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kp_wire::Status;
 
@@ -43,6 +43,28 @@ pub struct Answer {
     /// Client-side round trip: from just before the first fragment was
     /// sent to the answer's arrival at the client's receiver.
     pub rtt: Duration,
+}
+
+/// How a request's answer came, whatever its status (OK or an error
+/// status): what [`Client::poll_replies`](crate::Client::poll_replies)
+/// returns beside each answered request's result. A load tool needs it for
+/// error answers too (their round trip and platform latency), which
+/// [`ClientError`] does not carry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reply {
+    /// The answer's status.
+    pub status: Status,
+    /// Its batch size (0 in error answers).
+    pub batch_size: u16,
+    /// The platform's time from the request's first fragment to the
+    /// answer, µs.
+    pub platform_latency_us: u32,
+    /// When the request was recorded as sent: just before its first
+    /// fragment (what its timeout and [`Answer::rtt`] count from).
+    pub sent_at: Instant,
+    /// When the receiver thread had the answer (`received_at - sent_at`
+    /// is the round trip).
+    pub received_at: Instant,
 }
 
 /// Why a request got no [`Answer`], or could not be sent.

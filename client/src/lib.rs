@@ -58,6 +58,9 @@
 //!   own variant (`UnknownIf`, `BadRequest`, `Incomplete`, `Overloaded`,
 //!   `Internal`), then `Timeout`, `Unreachable`, `WrongSize`, `EmptyInput`,
 //!   `InputTooLarge`, `UnknownRequest`, `Config`, `Io`.
+//! - [`Client::poll_replies`]: `poll` with each answer's [`Reply`] (status,
+//!   batch size, platform latency, send and arrival instants) for error
+//!   statuses too; what the load tool kp-client accounts with.
 //! - [`Stats`]: what every datagram received was (answers, duplicates,
 //!   late, unexpected, malformed) and how requests ended.
 //! - [`frag`]: the fragmenter, on kp-wire's header codec and geometry.
@@ -130,7 +133,8 @@
 //! # Limits
 //!
 //! - IPv4 only, as the protocol; the platform address must be IPv4.
-//! - Fragments of a request go out back to back, unpaced. Above
+//! - Fragments of a request go out back to back unless
+//!   [`ConfigBuilder::fragment_gap`] paces them. Above
 //!   1440 payload bytes per fragment a datagram no longer fits a 1500-byte
 //!   MTU; the kernel IP-fragments it and the platform drops IP fragments.
 //! - Timeouts are measured from just before the first fragment is sent.
@@ -158,7 +162,7 @@ pub mod image;
 pub mod labels;
 
 pub use book::{Received, Stats};
-pub use error::{Answer, Class, ClientError, RequestId};
+pub use error::{Answer, Class, ClientError, Reply, RequestId};
 pub use frag::{DEFAULT_FRAGMENT_PAYLOAD, MAX_FRAGMENT_PAYLOAD};
 pub use kp_wire::Status;
 
@@ -182,6 +186,8 @@ pub struct Config {
     timeout: Duration,
     input_lens: HashMap<u16, usize>,
     retries: u32,
+    first_request_id: Option<u64>,
+    fragment_gap: Duration,
 }
 
 impl Config {
@@ -195,6 +201,8 @@ impl Config {
             timeout: DEFAULT_TIMEOUT,
             input_lens: HashMap::new(),
             retries: 0,
+            first_request_id: None,
+            fragment_gap: Duration::ZERO,
         }
     }
 
@@ -223,6 +231,8 @@ pub struct ConfigBuilder {
     timeout: Duration,
     input_lens: HashMap<u16, usize>,
     retries: u32,
+    first_request_id: Option<u64>,
+    fragment_gap: Duration,
 }
 
 impl ConfigBuilder {
@@ -263,6 +273,25 @@ impl ConfigBuilder {
         self
     }
 
+    /// The request id of the client's first request; the following ones
+    /// count up by one (default: a start drawn at random, see the crate
+    /// docs on request identity). For tools that want known ids (kp-client
+    /// `--first-request-id`); a client reusing a recent port with the same
+    /// ids would be ignored by the platform's answered table.
+    pub fn first_request_id(mut self, id: u64) -> Self {
+        self.first_request_id = Some(id);
+        self
+    }
+
+    /// Pause between two fragments of one request (default 0: back to
+    /// back). For load tools that test reassembly (kp-client
+    /// `--frag-gap`); the sending thread sleeps, and the request's timeout
+    /// counts from its first fragment, the pauses included.
+    pub fn fragment_gap(mut self, gap: Duration) -> Self {
+        self.fragment_gap = gap;
+        self
+    }
+
     /// The settings, checked.
     pub fn build(self) -> Result<Config, ClientError> {
         let platform = self.platform.map_err(ClientError::Config)?;
@@ -288,6 +317,8 @@ impl ConfigBuilder {
             timeout: self.timeout,
             input_lens: self.input_lens,
             retries: self.retries,
+            first_request_id: self.first_request_id,
+            fragment_gap: self.fragment_gap,
         })
     }
 
@@ -361,7 +392,7 @@ impl Client {
             socket,
             book: Mutex::new(Book::new()),
             ended: Condvar::new(),
-            next_id: AtomicU64::new(first_request_id()),
+            next_id: AtomicU64::new(cfg.first_request_id.unwrap_or_else(first_request_id)),
             closing: AtomicBool::new(false),
         });
         let receiver = {
@@ -455,13 +486,29 @@ impl Client {
     /// none), in the order they ended. Requests made by
     /// [`infer`](Self::infer) are never returned here.
     pub fn poll(&self, timeout: Duration) -> Vec<(RequestId, Result<Answer, ClientError>)> {
+        self.poll_with(timeout, Book::take_ready)
+    }
+
+    /// [`poll`](Self::poll), each result with the [`Reply`] its answer
+    /// came in (status, batch size, platform latency, when the request
+    /// was sent and its answer received, whatever the status), or `None`
+    /// when the request ended without an answer (timeout, unreachable).
+    #[allow(clippy::type_complexity)]
+    pub fn poll_replies(
+        &self,
+        timeout: Duration,
+    ) -> Vec<(RequestId, Result<Answer, ClientError>, Option<Reply>)> {
+        self.poll_with(timeout, Book::take_ready_replies)
+    }
+
+    fn poll_with<T>(&self, timeout: Duration, take: impl Fn(&mut Book) -> Vec<T>) -> Vec<T> {
         let until = Instant::now() + timeout;
         let mut book = self.shared.book();
         loop {
             let now = Instant::now();
             book.expire(now);
             if book.has_ready() {
-                let ready = book.take_ready();
+                let ready = take(&mut book);
                 if !ready.is_empty() || now >= until {
                     return ready;
                 }
@@ -516,7 +563,12 @@ impl Client {
         self.shared
             .book()
             .insert(id, if_id, send_ts_ns, Instant::now(), timeout, pollable);
+        let mut first = true;
         while let Some(datagram) = frags.next_into(&mut buf) {
+            if !first && !self.cfg.fragment_gap.is_zero() {
+                std::thread::sleep(self.cfg.fragment_gap);
+            }
+            first = false;
             if let Err(e) = send_datagram(&self.shared.socket, datagram) {
                 self.shared.book().forget(id);
                 return Err(e);

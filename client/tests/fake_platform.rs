@@ -416,3 +416,58 @@ fn an_absent_platform_is_unreachable() {
     ));
     assert!(t.elapsed() < Duration::from_secs(2), "not a timeout");
 }
+
+#[test]
+fn poll_replies_times_error_answers_too_and_ids_can_start_where_told() {
+    // The request's first byte picks the status; 0xEE: silence.
+    let platform = FakePlatform::start(|_, p, _| match p[0] {
+        0xEE => Act::Silent,
+        b => Act::Answer(Status::from_u32(u32::from(b)).unwrap()),
+    });
+    let client = Config::builder(platform.addr)
+        .timeout(Duration::from_millis(100))
+        .first_request_id(500)
+        .fragment_gap(Duration::from_millis(2))
+        .connect()
+        .unwrap();
+    let before = Instant::now();
+    let ok = client.submit(2, &[Status::Ok as u8; 3000]).unwrap();
+    let shed = client.submit(2, &[Status::Overloaded as u8; 10]).unwrap();
+    let silent = client.submit(2, &[0xEE; 10]).unwrap();
+    assert_eq!(
+        (ok, shed, silent),
+        (RequestId(500), RequestId(501), RequestId(502))
+    );
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.len() < 3 && Instant::now() < until {
+        got.extend(client.poll_replies(Duration::from_millis(50)));
+    }
+    assert_eq!(got.len(), 3, "{got:?}");
+    for (id, result, reply) in &got {
+        if *id == silent {
+            assert!(matches!(result, Err(ClientError::Timeout(_))));
+            assert!(reply.is_none());
+            continue;
+        }
+        let reply = reply.expect("an answered request has a reply");
+        assert!(reply.sent_at >= before && reply.received_at >= reply.sent_at);
+        if *id == ok {
+            let a = result.as_ref().unwrap();
+            assert_eq!(reply.status, Status::Ok);
+            assert_eq!((reply.batch_size, reply.platform_latency_us), (2, 321));
+            assert_eq!(a.rtt, reply.received_at - reply.sent_at);
+            // 3000 bytes are 3 fragments at 1024: two 2 ms pauses.
+            assert!(a.rtt >= Duration::from_millis(4), "{:?}", a.rtt);
+        } else {
+            assert!(matches!(result, Err(ClientError::Overloaded)));
+            assert_eq!(
+                (reply.status, reply.platform_latency_us),
+                (Status::Overloaded, 5)
+            );
+        }
+    }
+    let seen = platform.seen();
+    assert_eq!(seen[0].fragments, 3);
+    assert_eq!(seen[0].header.request_id, 500);
+}

@@ -1,37 +1,43 @@
 //! A live client: requests over a real UDP socket, answers accounted for.
 //!
-//! [`run`] sends requests to the platform from one UDP socket, fragmented
-//! per docs/PROTOCOL.md, either open loop (at a rate, constant or Poisson
-//! spacing: the sender never waits for answers) or closed loop (a fixed
-//! number outstanding: a new request goes out when one is answered or times
-//! out). A receiver thread reads every datagram that comes back.
+//! [`run`] sends requests to the platform through one
+//! [`kneepoint_client::Client`] (one UDP socket, its receiver thread),
+//! fragmented per docs/PROTOCOL.md, either open loop (at a rate, constant or
+//! Poisson spacing: the sender never waits for answers) or closed loop (a
+//! fixed number outstanding: a new request goes out when one is answered or
+//! times out).
 //!
-//! The accounting is [`Tracker`], which is sans-IO (time is an argument), so
-//! it is tested without sockets. Every request ends in exactly one of
-//! *answered* (first well-formed answer that matches it: if_id, request_id
-//! and echoed send_ts_ns) or *unanswered* (no such answer within the
-//! timeout). Every datagram received ends in exactly one of: the answer of
-//! a request, `duplicates` (another answer to an answered request),
-//! `late` (an answer to a request already counted unanswered),
-//! `unexpected` (no request with that request_id outstanding, or if_id or
-//! send_ts_ns not matching), `malformed` (not a well-formed response per
-//! `Response::new_checked`).
+//! The request bookkeeping is the client crate's: it matches answers to
+//! requests (request_id, if_id and echoed send_ts_ns), ends each request
+//! once (its first matching answer, or its timeout) and counts every other
+//! datagram received: `duplicates` (another answer to an answered
+//! request), `late` (an answer to a request already counted unanswered),
+//! `unexpected` (matching no request of this client's), `malformed` (not a
+//! well-formed response per `Response::new_checked`). What this module adds
+//! is the load: the schedule, and the accounting of what
+//! [`Client::poll_replies`] returns into the report ([`Tally`]: every
+//! request sent ends *answered*, by status, or *unanswered*).
 //!
-//! RTT is measured from just before the first fragment is sent to the
-//! moment the receiver thread has the answer; `latency_us` is the
-//! platform's own figure from the answer. Both go into HDR histograms
-//! (microseconds, 3 significant digits).
+//! RTT is measured from just before the first fragment is sent (open loop:
+//! from the request's *scheduled* time, so a sender that falls behind its
+//! schedule is charged its lag, no coordinated omission) to the moment the
+//! receiver thread has the answer; `latency_us` is the platform's own
+//! figure from the answer. Both go into HDR histograms (microseconds, 3
+//! significant digits).
+//!
+//! Request ids count up by one from `first_request_id`
+//! ([`kneepoint_client::ConfigBuilder::first_request_id`]).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io;
-use std::net::{SocketAddr, UdpSocket};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use kneepoint_client::frag::{self, Fragmenter};
-use kp_wire::{MsgType, Response, Status, HEADER_LEN};
+use kneepoint_client::{frag, Client, Reply, RequestId};
+use kp_wire::Status;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -47,9 +53,9 @@ pub const MTU_UDP_PAYLOAD: usize = 1472;
 /// are recorded as this.
 const HIST_MAX_US: u64 = 60_000_000;
 
-/// How often the receiver wakes to expire timed-out requests when nothing
-/// arrives: a tenth of the smallest sensible timeout.
-const RECV_POLL: Duration = Duration::from_millis(5);
+/// How long one wait for results lasts at most while nothing ends: how
+/// soon a closed-loop sender notices a stop signal.
+const POLL: Duration = Duration::from_millis(20);
 
 /// Spacing of open-loop requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -109,7 +115,8 @@ pub struct ClientConfig {
     pub timeout: Duration,
     /// Payload bytes per fragment at most.
     pub frag_size: usize,
-    /// Pause between two fragments of one request (0: back to back).
+    /// Pause between two fragments of one request (0: back to back;
+    /// [`kneepoint_client::ConfigBuilder::fragment_gap`]).
     pub frag_gap: Duration,
     /// request_id of the first request; the following ones count up.
     pub first_request_id: u64,
@@ -130,92 +137,49 @@ pub enum ClientError {
     Usage(String),
 }
 
-/// What happened to one received datagram.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Received {
-    /// The first answer to an outstanding request.
-    Answer(Status),
-    /// Another answer to an answered request.
-    Duplicate,
-    /// An answer to a request already counted unanswered.
-    Late,
-    /// No such request outstanding, or its if_id / send_ts_ns differ.
-    Unexpected,
-    /// Not a well-formed response.
-    Malformed,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum ReqState {
-    Pending {
-        sent_at: Instant,
-        send_ts_ns: u64,
-        if_id: u16,
-    },
-    Answered,
-    TimedOut,
-}
-
-/// Sans-IO accounting of requests and answers (see the module docs).
-#[derive(Debug)]
-pub struct Tracker {
-    first_id: u64,
-    timeout: Duration,
-    states: Vec<ReqState>,
-    /// Request numbers (id - first_id) still pending, in send order: since
-    /// every request has the same timeout, the oldest expires first.
-    pending: VecDeque<usize>,
-    outstanding: usize,
-    tally: Tally,
-}
-
-/// Counters and histograms of a run.
+/// Counters and histograms of a run: what every request sent ended in.
+/// Sans-IO (instants are arguments), so it is tested without sockets.
 #[derive(Debug, Clone)]
 pub struct Tally {
     /// Requests sent.
     pub sent: u64,
-    /// Requests answered (first matching answer).
+    /// Requests answered (first matching answer, any status).
     pub answered: u64,
-    /// Requests not answered within the timeout.
+    /// Requests not answered within the timeout (or failed unreachable).
     pub unanswered: u64,
-    /// Extra answers to answered requests.
-    pub duplicates: u64,
-    /// Answers to requests already counted unanswered.
-    pub late: u64,
-    /// Answers matching no outstanding request.
-    pub unexpected: u64,
-    /// Datagrams that are not well-formed responses.
-    pub malformed: u64,
-    /// Answers by status (first answers only).
+    /// Answers by status (first answers only; all statuses present).
     pub by_status: BTreeMap<&'static str, u64>,
-    /// Client-side round-trip times, µs: in open loop from the request's
-    /// scheduled time (a sender that falls behind is charged its lag).
+    /// Client-side round-trip times, µs: in open loop from the scheduled
+    /// time (a sender that falls behind is charged its lag).
     pub rtt_us: Histogram<u64>,
-    /// Open loop: how late each request went out after its scheduled
-    /// time, µs.
+    /// How late each request went out after its scheduled time, µs
+    /// (closed loop: 0, a request is sent when its slot frees).
     pub lag_us: Histogram<u64>,
     /// The platform's `latency_us` of answers.
     pub platform_latency_us: Histogram<u64>,
     /// Sum of `batch_size` over OK answers.
     pub batch_size_sum: u64,
-    /// When the first request was sent.
+    /// When the first request was scheduled (sent, in closed loop).
     pub first_send: Option<Instant>,
     /// When the last answer came.
     pub last_answer: Option<Instant>,
 }
 
+impl Default for Tally {
+    fn default() -> Self {
+        Tally::new()
+    }
+}
+
 impl Tally {
-    fn new() -> Tally {
+    /// Nothing sent yet.
+    pub fn new() -> Tally {
         let hist =
             || Histogram::new_with_bounds(1, HIST_MAX_US, 3).expect("valid histogram bounds");
         Tally {
             sent: 0,
             answered: 0,
             unanswered: 0,
-            duplicates: 0,
-            late: 0,
-            unexpected: 0,
-            malformed: 0,
             by_status: Status::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
             rtt_us: hist(),
             lag_us: hist(),
@@ -225,145 +189,53 @@ impl Tally {
             last_answer: None,
         }
     }
+
+    /// Records that a request scheduled at `scheduled` goes out at `at`;
+    /// returns the instant its round trip and timeout count from:
+    /// `scheduled`, or `at` if that is earlier. `at - scheduled` is its lag.
+    pub fn sent(&mut self, scheduled: Instant, at: Instant) -> Instant {
+        let scheduled = scheduled.min(at);
+        self.lag_us
+            .saturating_record(at.saturating_duration_since(scheduled).as_micros() as u64);
+        self.sent += 1;
+        self.first_send.get_or_insert(scheduled);
+        scheduled
+    }
+
+    /// Records how a request whose round trip counts from `from` (what
+    /// [`Tally::sent`] returned) ended: answered as `reply` says (any
+    /// status), or unanswered (`None`: no answer within the timeout).
+    pub fn ended(&mut self, from: Instant, reply: Option<&Reply>) {
+        let Some(r) = reply else {
+            self.unanswered += 1;
+            return;
+        };
+        self.answered += 1;
+        *self.by_status.entry(r.status.as_str()).or_default() += 1;
+        self.rtt_us.saturating_record(
+            r.received_at
+                .saturating_duration_since(from)
+                .as_micros()
+                .max(1) as u64,
+        );
+        self.platform_latency_us
+            .saturating_record(u64::from(r.platform_latency_us).max(1));
+        if r.status == Status::Ok {
+            self.batch_size_sum += u64::from(r.batch_size);
+        }
+        self.last_answer = Some(
+            self.last_answer
+                .map_or(r.received_at, |l| l.max(r.received_at)),
+        );
+    }
 }
 
-impl Tracker {
-    /// A tracker whose requests are numbered from `first_id` up.
-    pub fn new(first_id: u64, timeout: Duration) -> Tracker {
-        Tracker {
-            first_id,
-            timeout,
-            states: Vec::new(),
-            pending: VecDeque::new(),
-            outstanding: 0,
-            tally: Tally::new(),
-        }
-    }
-
-    /// Records that the next request (id `first_id + sent`) goes out at
-    /// `at`; returns its request_id.
-    pub fn sent(&mut self, if_id: u16, send_ts_ns: u64, at: Instant) -> u64 {
-        self.sent_scheduled(if_id, send_ts_ns, at, at)
-    }
-
-    /// [`Tracker::sent`] for a request scheduled at `scheduled` (open
-    /// loop) that goes out at `at`: its round trip and timeout count from
-    /// `scheduled`, and `at - scheduled` is recorded as lag.
-    pub fn sent_scheduled(
-        &mut self,
-        if_id: u16,
-        send_ts_ns: u64,
-        scheduled: Instant,
-        at: Instant,
-    ) -> u64 {
-        let scheduled = scheduled.min(at);
-        self.tally
-            .lag_us
-            .saturating_record(at.saturating_duration_since(scheduled).as_micros() as u64);
-        let at = scheduled;
-        let n = self.states.len();
-        self.states.push(ReqState::Pending {
-            sent_at: at,
-            send_ts_ns,
-            if_id,
-        });
-        self.pending.push_back(n);
-        self.outstanding += 1;
-        self.tally.sent += 1;
-        self.tally.first_send.get_or_insert(at);
-        self.first_id.wrapping_add(n as u64)
-    }
-
-    /// Accounts for one received datagram.
-    pub fn received(&mut self, datagram: &[u8], at: Instant) -> Received {
-        let t = &mut self.tally;
-        let Ok(r) = Response::new_checked(datagram) else {
-            t.malformed += 1;
-            return Received::Malformed;
-        };
-        let n = r.request_id().wrapping_sub(self.first_id);
-        let Some(state) = usize::try_from(n).ok().and_then(|n| self.states.get_mut(n)) else {
-            t.unexpected += 1;
-            return Received::Unexpected;
-        };
-        match *state {
-            ReqState::Pending {
-                sent_at,
-                send_ts_ns,
-                if_id,
-            } => {
-                if r.if_id().0 != if_id || r.send_ts_ns() != send_ts_ns {
-                    t.unexpected += 1;
-                    return Received::Unexpected;
-                }
-                *state = ReqState::Answered;
-                self.outstanding -= 1;
-                t.answered += 1;
-                let status = r.status();
-                *t.by_status.entry(status.as_str()).or_default() += 1;
-                t.rtt_us.saturating_record(
-                    at.saturating_duration_since(sent_at).as_micros().max(1) as u64,
-                );
-                t.platform_latency_us
-                    .saturating_record(u64::from(r.latency_us()).max(1));
-                if status == Status::Ok && r.msg_type() == MsgType::Response {
-                    t.batch_size_sum += u64::from(r.batch_size());
-                }
-                t.last_answer = Some(at);
-                Received::Answer(status)
-            }
-            ReqState::Answered => {
-                t.duplicates += 1;
-                Received::Duplicate
-            }
-            ReqState::TimedOut => {
-                t.late += 1;
-                Received::Late
-            }
-        }
-    }
-
-    /// Counts every request pending longer than the timeout at `now` as
-    /// unanswered; returns how many it expired.
-    pub fn expire(&mut self, now: Instant) -> usize {
-        let mut expired = 0;
-        while let Some(&n) = self.pending.front() {
-            match self.states[n] {
-                ReqState::Pending { sent_at, .. } => {
-                    if now.saturating_duration_since(sent_at) < self.timeout {
-                        break;
-                    }
-                    self.states[n] = ReqState::TimedOut;
-                    self.outstanding -= 1;
-                    self.tally.unanswered += 1;
-                    expired += 1;
-                }
-                ReqState::Answered | ReqState::TimedOut => {}
-            }
-            self.pending.pop_front();
-        }
-        expired
-    }
-
-    /// When the oldest pending request times out, if any is pending.
-    pub fn next_deadline(&mut self) -> Option<Instant> {
-        while let Some(&n) = self.pending.front() {
-            if let ReqState::Pending { sent_at, .. } = self.states[n] {
-                return Some(sent_at + self.timeout);
-            }
-            self.pending.pop_front();
-        }
-        None
-    }
-
-    /// Requests neither answered nor timed out.
-    pub fn outstanding(&self) -> usize {
-        self.outstanding
-    }
-
-    /// The counters so far.
-    pub fn tally(&self) -> &Tally {
-        &self.tally
+/// The gap to the next open-loop request, s.
+fn gap(arrival: Arrival, rate: f64, rng: &mut StdRng) -> f64 {
+    match arrival {
+        Arrival::Constant => 1.0 / rate,
+        // Inverse-CDF sampling of Exp(rate); 1-u is in (0, 1].
+        Arrival::Poisson => -(1.0 - rng.random::<f64>()).ln() / rate,
     }
 }
 
@@ -521,13 +393,6 @@ impl Report {
     }
 }
 
-fn wall_clock_ns() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0)
-}
-
 /// Sends requests and accounts for the answers (see the module docs).
 pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
     let payload_len = inputs.shape().len();
@@ -551,38 +416,34 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
         _ => {}
     }
 
-    let socket = UdpSocket::bind(cfg.bind)?;
-    // Connected: answers come from the address requests go to (docs/PROTOCOL.md),
-    // and the kernel filters out datagrams from anyone else.
-    socket.connect(cfg.dst)?;
-    let rx = socket.try_clone()?;
-    rx.set_read_timeout(Some(RECV_POLL))?;
-
-    let shared = Arc::new((
-        Mutex::new(Tracker::new(cfg.first_request_id, cfg.timeout)),
-        Condvar::new(),
-    ));
-    let done_sending = Arc::new(AtomicBool::new(false));
-
-    let receiver = {
-        let shared = Arc::clone(&shared);
-        let done = Arc::clone(&done_sending);
-        let linger = cfg.linger;
-        std::thread::Builder::new()
-            .name("kp-client-rx".into())
-            .spawn(move || receive_loop(&rx, &shared, &done, linger))?
+    // Connected: answers come from the address requests go to
+    // (docs/PROTOCOL.md), and the kernel filters out datagrams from anyone
+    // else.
+    let client = kneepoint_client::Config::builder(cfg.dst)
+        .bind(cfg.bind)
+        .timeout(cfg.timeout)
+        .fragment_payload(cfg.frag_size)
+        .fragment_gap(cfg.frag_gap)
+        .first_request_id(cfg.first_request_id)
+        .connect()
+        .map_err(from_client_error)?;
+    let mut run = Loop {
+        cfg,
+        client: &client,
+        tally: Tally::new(),
+        out: HashMap::new(),
+        held: VecDeque::new(),
     };
-
-    let send_result = send_loop(cfg, inputs, &socket, &shared);
+    run.send_all(inputs)?;
     let send_end = Instant::now();
-    done_sending.store(true, Ordering::Release);
-    shared.1.notify_all();
-    let recv_result = receiver.join().expect("receiver thread panicked");
-    let datagrams_sent = send_result?;
-    recv_result?;
+    while !run.out.is_empty() {
+        run.collect(POLL);
+    }
+    // Trailing duplicates are counted by the client's receiver meanwhile.
+    std::thread::sleep(cfg.linger);
+    let stats = client.stats();
+    let t = run.tally;
 
-    let tracker = shared.0.lock().expect("tracker lock");
-    let t = tracker.tally();
     let first = t.first_send.unwrap_or(send_end);
     let send_duration_s = send_end.saturating_duration_since(first).as_secs_f64();
     let answer_span_s = t
@@ -607,12 +468,14 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
         sent: t.sent,
         answered: t.answered,
         unanswered: t.unanswered,
-        duplicates: t.duplicates,
-        late: t.late,
-        unexpected: t.unexpected,
-        malformed: t.malformed,
+        duplicates: stats.duplicates,
+        late: stats.late,
+        unexpected: stats.unexpected,
+        malformed: stats.malformed,
         status: t.by_status.clone(),
-        datagrams_sent,
+        // Every fragment of every request (one refused as unreachable
+        // included, as a send that was tried).
+        datagrams_sent: t.sent * u64::from(frag_count),
         send_duration_s,
         answer_span_s,
         send_rate: if send_duration_s > 0.0 {
@@ -632,148 +495,146 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
     })
 }
 
-/// Sends every request; returns the number of datagrams sent.
-fn send_loop(
-    cfg: &ClientConfig,
-    inputs: &Inputs,
-    socket: &UdpSocket,
-    shared: &(Mutex<Tracker>, Condvar),
-) -> Result<u64, ClientError> {
-    let (lock, cvar) = shared;
-    let mut rng = StdRng::seed_from_u64(cfg.seed);
-    let mut buf = vec![0u8; HEADER_LEN + cfg.frag_size];
-    let start = Instant::now();
-    let mut next_at = start;
-    let mut datagrams = 0u64;
-    for i in 0u64.. {
-        let now = Instant::now();
-        let mut scheduled = now;
-        if cfg.stop_early.load(Ordering::Relaxed) {
-            break;
-        }
-        match cfg.stop {
-            Stop::Requests(n) if i >= n => break,
-            Stop::Duration(d) if now.saturating_duration_since(start) >= d => break,
-            _ => {}
-        }
-        match cfg.load {
-            Load::Open { rate, arrival } => {
-                if next_at > now {
-                    std::thread::sleep(next_at - now);
-                }
-                scheduled = next_at;
-                let gap = match arrival {
-                    Arrival::Constant => 1.0 / rate,
-                    // Inverse-CDF sampling of Exp(rate); 1-u is in (0, 1].
-                    Arrival::Poisson => -(1.0 - rng.random::<f64>()).ln() / rate,
-                };
-                next_at += Duration::from_secs_f64(gap);
-            }
-            Load::Closed { concurrency } => {
-                let mut tracker = lock.lock().expect("tracker lock");
-                while tracker.outstanding() >= concurrency {
-                    let wait = tracker
-                        .next_deadline()
-                        .map(|d| d.saturating_duration_since(Instant::now()))
-                        .unwrap_or(RECV_POLL)
-                        .max(Duration::from_micros(100));
-                    tracker = cvar.wait_timeout(tracker, wait).expect("tracker lock").0;
-                    tracker.expire(Instant::now());
-                }
-            }
-        }
-        if let Stop::Duration(d) = cfg.stop {
-            if Instant::now().saturating_duration_since(start) >= d {
+/// The client crate's set-up and send errors: socket errors stay socket
+/// errors (exit 1), settings it refuses are usage errors (exit 2).
+fn from_client_error(e: kneepoint_client::ClientError) -> ClientError {
+    match e {
+        kneepoint_client::ClientError::Io(e) => ClientError::Socket(e),
+        e => ClientError::Usage(e.to_string()),
+    }
+}
+
+/// One run's sender: the schedule on top of the client's submit/poll.
+struct Loop<'a> {
+    cfg: &'a ClientConfig,
+    client: &'a Client,
+    tally: Tally,
+    /// Requests out and not collected yet: the instant each one's round
+    /// trip counts from.
+    out: HashMap<RequestId, Instant>,
+    /// Closed loop: when the slots of requests that failed unreachable
+    /// free up (their timeout after they were sent), soonest first; so an
+    /// absent platform that answers with ICMP is not sent to in a tight
+    /// loop (as before the client crate: they timed out).
+    held: VecDeque<Instant>,
+}
+
+impl Loop<'_> {
+    /// Sends every request, collecting results between sends.
+    fn send_all(&mut self, inputs: &Inputs) -> Result<(), ClientError> {
+        let cfg = self.cfg;
+        let mut rng = StdRng::seed_from_u64(cfg.seed);
+        let start = Instant::now();
+        let mut next_at = start;
+        for i in 0u64.. {
+            if self.stopping(i, start) {
                 break;
             }
-        }
-        if cfg.stop_early.load(Ordering::Relaxed) {
-            break;
-        }
-        let payload = inputs.get(i);
-        let send_ts_ns = wall_clock_ns();
-        let request_id = lock.lock().expect("tracker lock").sent_scheduled(
-            cfg.if_id,
-            send_ts_ns,
-            scheduled,
-            Instant::now(),
-        );
-        // run() checked the geometry with the same payload size.
-        let mut frags = Fragmenter::new(cfg.if_id, request_id, send_ts_ns, payload, cfg.frag_size)
-            .map_err(|e| ClientError::Usage(e.to_string()))?;
-        let frag_count = frags.frag_count();
-        let mut index = 0;
-        while let Some(datagram) = frags.next_into(&mut buf) {
-            send_datagram(socket, datagram)?;
-            datagrams += 1;
-            index += 1;
-            if !cfg.frag_gap.is_zero() && index < frag_count {
-                std::thread::sleep(cfg.frag_gap);
+            let scheduled = match cfg.load {
+                Load::Open { rate, arrival } => {
+                    // Never waits for an answer: collects what ended, and
+                    // waits for the schedule only (collecting meanwhile).
+                    self.collect(Duration::ZERO);
+                    loop {
+                        let now = Instant::now();
+                        if now >= next_at {
+                            break;
+                        }
+                        self.collect(next_at - now);
+                    }
+                    let scheduled = next_at;
+                    next_at += Duration::from_secs_f64(gap(arrival, rate, &mut rng));
+                    scheduled
+                }
+                Load::Closed { concurrency } => {
+                    while self.in_flight() >= concurrency {
+                        if cfg.stop_early.load(Ordering::Relaxed) {
+                            return Ok(());
+                        }
+                        let wait = self.held.front().map_or(POLL, |h| {
+                            h.saturating_duration_since(Instant::now()).min(POLL)
+                        });
+                        self.collect(wait);
+                    }
+                    // Sent as soon as a slot is free: no schedule to lag.
+                    Instant::now()
+                }
+            };
+            if self.stopping(i, start) {
+                break;
             }
+            self.submit(inputs.get(i), scheduled)?;
+        }
+        Ok(())
+    }
+
+    /// Whether to stop before request `i`.
+    fn stopping(&self, i: u64, start: Instant) -> bool {
+        if self.cfg.stop_early.load(Ordering::Relaxed) {
+            return true;
+        }
+        match self.cfg.stop {
+            Stop::Requests(n) => i >= n,
+            Stop::Duration(d) => start.elapsed() >= d,
         }
     }
-    Ok(datagrams)
-}
 
-/// Sends one datagram. An ICMP port-unreachable from an earlier datagram
-/// surfaces as `ConnectionRefused` on a connected socket; that is the
-/// platform being absent, not a socket failure, so it is retried once and
-/// then ignored (the request will count as unanswered).
-fn send_datagram(socket: &UdpSocket, datagram: &[u8]) -> io::Result<()> {
-    for _ in 0..2 {
-        match socket.send(datagram) {
-            Ok(_) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => continue,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
-}
-
-fn receive_loop(
-    socket: &UdpSocket,
-    shared: &(Mutex<Tracker>, Condvar),
-    done_sending: &AtomicBool,
-    linger: Duration,
-) -> io::Result<()> {
-    let (lock, cvar) = shared;
-    // Larger than any response (36 + 8 * 65535 bytes would not fit a
-    // datagram anyway); an oversized datagram is truncated and then fails
-    // Response::new_checked, counted as malformed.
-    let mut buf = vec![0u8; 65_536];
-    let mut resolved_at: Option<Instant> = None;
-    loop {
-        let got = match socket.recv(&mut buf) {
-            Ok(n) => Some(n),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                        | io::ErrorKind::ConnectionRefused
-                ) =>
-            {
-                None
-            }
-            Err(e) => return Err(e),
-        };
+    /// Sends one request scheduled at `scheduled`. Its timeout counts from
+    /// `scheduled`, as its round trip: a request sent late by its lag has
+    /// that much less time.
+    fn submit(&mut self, payload: &[u8], scheduled: Instant) -> Result<(), ClientError> {
         let now = Instant::now();
-        let mut tracker = lock.lock().expect("tracker lock");
-        if let Some(n) = got {
-            tracker.received(&buf[..n], now);
-        }
-        if tracker.expire(now) > 0 || got.is_some() {
-            cvar.notify_all();
-        }
-        if done_sending.load(Ordering::Acquire) && tracker.outstanding() == 0 {
-            let since = *resolved_at.get_or_insert(now);
-            if now.saturating_duration_since(since) >= linger {
-                return Ok(());
+        let from = self.tally.sent(scheduled, now);
+        let timeout = self
+            .cfg
+            .timeout
+            .saturating_sub(now - from)
+            .max(Duration::from_micros(1));
+        match self
+            .client
+            .submit_with_timeout(self.cfg.if_id, payload, timeout)
+        {
+            Ok(id) => {
+                self.out.insert(id, from);
+                Ok(())
             }
-        } else {
-            resolved_at = None;
+            // The platform's host says nothing listens (ICMP): unanswered.
+            Err(kneepoint_client::ClientError::Unreachable) => {
+                self.unreachable(from);
+                Ok(())
+            }
+            Err(e) => Err(from_client_error(e)),
+        }
+    }
+
+    fn unreachable(&mut self, from: Instant) {
+        self.tally.ended(from, None);
+        if matches!(self.cfg.load, Load::Closed { .. }) {
+            self.held.push_back(from + self.cfg.timeout);
+        }
+    }
+
+    /// Requests taking a closed-loop slot: out, or held after failing
+    /// unreachable.
+    fn in_flight(&mut self) -> usize {
+        let now = Instant::now();
+        while self.held.front().is_some_and(|h| *h <= now) {
+            self.held.pop_front();
+        }
+        self.out.len() + self.held.len()
+    }
+
+    /// Waits up to `wait` for requests to end, and accounts for those that
+    /// did.
+    fn collect(&mut self, wait: Duration) {
+        for (id, result, reply) in self.client.poll_replies(wait) {
+            let Some(from) = self.out.remove(&id) else {
+                continue; // not this loop's (cannot happen: one client each)
+            };
+            match (result, reply) {
+                (Err(kneepoint_client::ClientError::Unreachable), _) => self.unreachable(from),
+                (_, reply) => self.tally.ended(from, reply.as_ref()),
+            }
         }
     }
 }
@@ -803,27 +664,305 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kp_wire::{IfId, ResponseRepr};
+    use std::net::UdpSocket;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Mutex;
+    use std::thread::JoinHandle;
 
-    fn answer(id: u64, if_id: u16, ts: u64, status: Status, batch: u16) -> Vec<u8> {
+    use kp_wire::{Fragment, FragmentRepr, MsgType, ResponseRepr};
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn reply(status: Status, batch: u16, sent_at: Instant, received_at: Instant) -> Reply {
+        Reply {
+            status,
+            batch_size: batch,
+            platform_latency_us: 250,
+            sent_at,
+            received_at,
+        }
+    }
+
+    #[test]
+    fn round_trips_count_from_the_schedule_and_lag_is_recorded() {
+        let t0 = Instant::now();
+        let mut t = Tally::new();
+        // Open loop, sent 3 ms behind schedule, answered 10 ms after it:
+        // its round trip is 10 ms, not 7.
+        let from = t.sent(t0, t0 + 3 * MS);
+        assert_eq!(from, t0);
+        t.ended(from, Some(&reply(Status::Ok, 4, t0 + 3 * MS, t0 + 10 * MS)));
+        // Sent on time (closed loop: scheduled when sent), or early: no lag.
+        let on_time = t.sent(t0 + 20 * MS, t0 + 20 * MS);
+        t.ended(
+            on_time,
+            Some(&reply(Status::Overloaded, 0, on_time, t0 + 22 * MS)),
+        );
+        let early = t.sent(t0 + 40 * MS, t0 + 30 * MS);
+        assert_eq!(early, t0 + 30 * MS);
+        t.ended(early, None);
+        assert_eq!((t.sent, t.answered, t.unanswered), (3, 2, 1));
+        assert_eq!(t.by_status["ok"], 1);
+        assert_eq!(t.by_status["overloaded"], 1);
+        assert_eq!(t.by_status.len(), Status::ALL.len(), "every status a key");
+        assert_eq!(t.batch_size_sum, 4, "OK answers only");
+        assert_eq!(t.lag_us.len(), 3);
+        assert_eq!(t.lag_us.max(), t.lag_us.highest_equivalent(3_000));
+        assert_eq!(t.lag_us.min(), 0);
+        assert_eq!(t.rtt_us.len(), 2);
+        assert_eq!(t.rtt_us.max(), t.rtt_us.highest_equivalent(10_000));
+        assert_eq!(t.rtt_us.min(), t.rtt_us.lowest_equivalent(2_000));
+        assert_eq!(t.platform_latency_us.len(), 2);
+        assert_eq!(t.first_send, Some(t0));
+        assert_eq!(t.last_answer, Some(t0 + 22 * MS));
+    }
+
+    #[test]
+    fn gaps_follow_the_rate() {
+        let mut rng = StdRng::seed_from_u64(3);
+        assert_eq!(gap(Arrival::Constant, 250.0, &mut rng), 0.004);
+        let n = 20_000;
+        let gaps: Vec<f64> = (0..n)
+            .map(|_| gap(Arrival::Poisson, 1000.0, &mut rng))
+            .collect();
+        assert!(gaps.iter().all(|g| g.is_finite() && *g >= 0.0));
+        let mean = gaps.iter().sum::<f64>() / n as f64;
+        assert!((mean - 0.001).abs() < 0.00005, "mean gap {mean}");
+        let mut again = StdRng::seed_from_u64(3);
+        gap(Arrival::Constant, 250.0, &mut again);
+        assert_eq!(gap(Arrival::Poisson, 1000.0, &mut again), gaps[0], "seeded");
+    }
+
+    /// What the fake platform does with the n-th request it receives.
+    #[derive(Clone, Copy, Debug)]
+    enum Act {
+        Answer(Status),
+        /// Answer OK twice.
+        Twice,
+        /// Garbage, an answer to a request never made, then OK.
+        Garbage,
+        Silent,
+        Delay(Duration),
+    }
+
+    /// NOT the platform: a UDP socket that answers one-fragment requests
+    /// as a script says, and records their ids and how many were
+    /// unanswered at once at most.
+    struct Fake {
+        addr: SocketAddr,
+        ids: Arc<Mutex<Vec<u64>>>,
+        max_open: Arc<AtomicUsize>,
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<()>>,
+    }
+
+    impl Fake {
+        fn start(script: impl Fn(usize) -> Act + Send + 'static) -> Fake {
+            let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+            socket.set_read_timeout(Some(MS)).unwrap();
+            let addr = socket.local_addr().unwrap();
+            let ids = Arc::new(Mutex::new(Vec::new()));
+            let max_open = Arc::new(AtomicUsize::new(0));
+            let stop = Arc::new(AtomicBool::new(false));
+            let thread = {
+                let (ids, max_open, stop) = (ids.clone(), max_open.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut delayed: Vec<(Instant, SocketAddr, FragmentRepr)> = Vec::new();
+                    let mut buf = [0u8; 2048];
+                    let mut n = 0;
+                    while !stop.load(Ordering::Relaxed) {
+                        let now = Instant::now();
+                        delayed.retain(|(at, to, h)| {
+                            let due = *at <= now;
+                            if due {
+                                answer(&socket, *to, h, h.request_id, Status::Ok);
+                            }
+                            !due
+                        });
+                        let Ok((len, from)) = socket.recv_from(&mut buf) else {
+                            continue;
+                        };
+                        let h = FragmentRepr::parse(&Fragment::new_checked(&buf[..len]).unwrap());
+                        assert_eq!(h.frag_count, 1, "one-fragment requests only");
+                        ids.lock().unwrap().push(h.request_id);
+                        match script(n) {
+                            Act::Answer(s) => answer(&socket, from, &h, h.request_id, s),
+                            Act::Twice => {
+                                answer(&socket, from, &h, h.request_id, Status::Ok);
+                                answer(&socket, from, &h, h.request_id, Status::Ok);
+                            }
+                            Act::Garbage => {
+                                socket.send_to(b"junk", from).unwrap();
+                                answer(&socket, from, &h, h.request_id ^ (1 << 63), Status::Ok);
+                                answer(&socket, from, &h, h.request_id, Status::Ok);
+                            }
+                            Act::Silent => {}
+                            Act::Delay(d) => {
+                                delayed.push((now + d, from, h));
+                                max_open.fetch_max(delayed.len(), Ordering::Relaxed);
+                            }
+                        }
+                        n += 1;
+                    }
+                })
+            };
+            Fake {
+                addr,
+                ids,
+                max_open,
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        fn ids(&self) -> Vec<u64> {
+            self.ids.lock().unwrap().clone()
+        }
+    }
+
+    impl Drop for Fake {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                t.join().unwrap();
+            }
+        }
+    }
+
+    fn answer(socket: &UdpSocket, to: SocketAddr, h: &FragmentRepr, id: u64, status: Status) {
         let results = [(3u32, 0.5f32), (1, 0.25)];
         let repr = if status == Status::Ok {
             ResponseRepr {
                 msg_type: MsgType::Response,
-                if_id: IfId(if_id),
+                if_id: h.if_id,
                 request_id: id,
-                send_ts_ns: ts,
+                send_ts_ns: h.send_ts_ns,
                 status,
-                batch_size: batch,
+                batch_size: 4,
                 latency_us: 250,
                 results: &results,
             }
         } else {
-            ResponseRepr::error(IfId(if_id), id, ts, status, 99)
+            ResponseRepr::error(h.if_id, id, h.send_ts_ns, status, 99)
         };
-        let mut buf = vec![0u8; repr.wire_len()];
-        repr.emit(&mut buf).unwrap();
-        buf
+        let mut out = vec![0u8; repr.wire_len()];
+        repr.emit(&mut out).unwrap();
+        socket.send_to(&out, to).unwrap();
+    }
+
+    fn config(dst: SocketAddr, load: Load, stop: Stop, timeout: Duration) -> ClientConfig {
+        ClientConfig {
+            bind: "127.0.0.1:0".parse().unwrap(),
+            dst,
+            if_id: 1,
+            stop,
+            stop_early: Arc::new(AtomicBool::new(false)),
+            load,
+            timeout,
+            frag_size: 1000,
+            frag_gap: Duration::ZERO,
+            first_request_id: 1,
+            seed: 0,
+            linger: 20 * MS,
+        }
+    }
+
+    fn inputs() -> Inputs {
+        let shape = crate::input::InputShape {
+            height: 4,
+            width: 4,
+            channels: 3,
+        };
+        Inputs::from_payloads(shape, vec![vec![7; shape.len()]])
+    }
+
+    #[test]
+    fn every_request_and_every_datagram_ends_in_one_outcome() {
+        let platform = Fake::start(|n| match n % 5 {
+            0 => Act::Answer(Status::Ok),
+            1 => Act::Answer(Status::Overloaded),
+            2 => Act::Twice,
+            3 => Act::Silent,
+            _ => Act::Garbage,
+        });
+        let mut cfg = config(
+            platform.addr,
+            Load::Closed { concurrency: 3 },
+            Stop::Requests(20),
+            50 * MS,
+        );
+        cfg.first_request_id = 1000;
+        let r = run(&cfg, &inputs()).unwrap();
+        assert_eq!((r.sent, r.answered, r.unanswered), (20, 16, 4), "{r:?}");
+        assert_eq!(
+            (r.duplicates, r.late, r.unexpected, r.malformed),
+            (4, 0, 4, 4),
+            "{r:?}"
+        );
+        assert_eq!(r.status["ok"], 12);
+        assert_eq!(r.status["overloaded"], 4);
+        assert_eq!(r.status.len(), Status::ALL.len());
+        assert_eq!((r.rtt_us.count, r.platform_latency_us.count), (16, 16));
+        assert_eq!(r.mean_batch_size, Some(4.0));
+        assert_eq!((r.payload_len, r.frag_count, r.datagrams_sent), (48, 1, 20));
+        assert_eq!((r.mode, r.concurrency, r.rate), ("closed", Some(3), None));
+        assert_eq!(r.lag_us.max, 0, "closed loop: sent when a slot frees");
+        assert!(r.throughput > 0.0 && r.answer_span_s > 0.0, "{r:?}");
+        let mut ids = platform.ids();
+        ids.sort_unstable();
+        assert_eq!(ids, (1000..1020).collect::<Vec<u64>>(), "ids count up");
+        // The text form has every line.
+        let text = r.to_text();
+        for line in ["sent", "answered", "unanswered", "duplicates", "rtt µs"] {
+            assert!(text.contains(line), "{text}");
+        }
+        assert!(!text.contains("send lag"), "{text}");
+    }
+
+    #[test]
+    fn closed_loop_keeps_concurrency_requests_outstanding() {
+        let platform = Fake::start(|_| Act::Delay(10 * MS));
+        let cfg = config(
+            platform.addr,
+            Load::Closed { concurrency: 4 },
+            Stop::Requests(24),
+            Duration::from_secs(2),
+        );
+        let r = run(&cfg, &inputs()).unwrap();
+        assert_eq!((r.sent, r.answered), (24, 24), "{r:?}");
+        // Never more than 4 at the platform at once (the client counts a
+        // request out until it has the answer), and it fills up.
+        let max_open = platform.max_open.load(Ordering::Relaxed);
+        assert!((2..=4).contains(&max_open), "{max_open} at once");
+        assert!(r.rtt_us.min >= 10_000, "{r:?}");
+    }
+
+    #[test]
+    fn open_loop_sends_on_schedule_whatever_the_answers() {
+        // Never answers: a sender that waited for answers would send one
+        // request per timeout.
+        let platform = Fake::start(|_| Act::Silent);
+        let cfg = config(
+            platform.addr,
+            Load::Open {
+                rate: 200.0,
+                arrival: Arrival::Constant,
+            },
+            Stop::Requests(20),
+            Duration::from_secs(1),
+        );
+        let started = Instant::now();
+        let r = run(&cfg, &inputs()).unwrap();
+        assert!(started.elapsed() < Duration::from_secs(3), "{r:?}");
+        assert_eq!((r.sent, r.unanswered, r.answered), (20, 20, 0), "{r:?}");
+        assert_eq!(r.lag_us.count, 20);
+        // 19 gaps of 5 ms.
+        assert!(
+            (0.09..1.0).contains(&r.send_duration_s),
+            "send duration {r:?}"
+        );
+        assert_eq!((r.mode, r.arrival), ("open", Some(Arrival::Constant)));
+        assert!(r.to_text().contains("send lag"));
     }
 
     #[test]
@@ -833,30 +972,17 @@ mod tests {
         platform
             .set_read_timeout(Some(Duration::from_secs(60)))
             .unwrap();
-        let stop_early = Arc::new(AtomicBool::new(false));
         let duration = Duration::from_secs(60);
-        let cfg = ClientConfig {
-            bind: "127.0.0.1:0".parse().unwrap(),
-            dst: platform.local_addr().unwrap(),
-            if_id: 1,
-            stop: Stop::Duration(duration),
-            stop_early: stop_early.clone(),
-            load: Load::Closed { concurrency: 2 },
-            timeout: Duration::from_millis(20),
-            frag_size: 1000,
-            frag_gap: Duration::ZERO,
-            first_request_id: 1,
-            seed: 0,
-            linger: Duration::ZERO,
-        };
-        let shape = crate::input::InputShape {
-            height: 4,
-            width: 4,
-            channels: 3,
-        };
-        let inputs = Inputs::from_payloads(shape, vec![vec![7; shape.len()]]);
+        let mut cfg = config(
+            platform.local_addr().unwrap(),
+            Load::Closed { concurrency: 2 },
+            Stop::Duration(duration),
+            20 * MS,
+        );
+        cfg.linger = Duration::ZERO;
+        let stop_early = cfg.stop_early.clone();
         let started = Instant::now();
-        let client = std::thread::spawn(move || run(&cfg, &inputs));
+        let client = std::thread::spawn(move || run(&cfg, &inputs()));
         // Requests are out: stop.
         let mut buf = [0u8; 2048];
         platform.recv(&mut buf).expect("a request");
@@ -870,84 +996,29 @@ mod tests {
     }
 
     #[test]
+    fn usage_errors_are_usage_errors() {
+        let platform = Fake::start(|_| Act::Silent);
+        let mut cfg = config(
+            platform.addr,
+            Load::Closed { concurrency: 0 },
+            Stop::Requests(1),
+            MS,
+        );
+        assert!(matches!(run(&cfg, &inputs()), Err(ClientError::Usage(_))));
+        cfg.load = Load::Closed { concurrency: 1 };
+        cfg.frag_size = 0;
+        assert!(matches!(run(&cfg, &inputs()), Err(ClientError::Usage(_))));
+        cfg.frag_size = 1000;
+        cfg.dst = "[::1]:9".parse().unwrap();
+        assert!(matches!(run(&cfg, &inputs()), Err(ClientError::Usage(_))));
+    }
+
+    #[test]
     fn durations_parse() {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
         assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
         assert_eq!(parse_duration("20us").unwrap(), Duration::from_micros(20));
         assert!(parse_duration("-1").is_err() && parse_duration("soon").is_err());
-    }
-
-    #[test]
-    fn every_request_and_every_datagram_ends_in_one_outcome() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut tr = Tracker::new(100, ms(50));
-        let ids: Vec<u64> = (0..5).map(|i| tr.sent(7, 1000 + i, t0 + ms(i))).collect();
-        assert_eq!(ids, vec![100, 101, 102, 103, 104]);
-        assert_eq!(tr.outstanding(), 5);
-
-        assert_eq!(
-            tr.received(&answer(100, 7, 1000, Status::Ok, 4), t0 + ms(10)),
-            Received::Answer(Status::Ok)
-        );
-        assert_eq!(
-            tr.received(&answer(100, 7, 1000, Status::Ok, 4), t0 + ms(11)),
-            Received::Duplicate
-        );
-        assert_eq!(
-            tr.received(&answer(101, 7, 1001, Status::Overloaded, 0), t0 + ms(12)),
-            Received::Answer(Status::Overloaded)
-        );
-        // Wrong if_id, wrong echoed timestamp, unknown id, garbage.
-        assert_eq!(
-            tr.received(&answer(102, 8, 1002, Status::Ok, 1), t0 + ms(13)),
-            Received::Unexpected
-        );
-        assert_eq!(
-            tr.received(&answer(102, 7, 9, Status::Ok, 1), t0 + ms(13)),
-            Received::Unexpected
-        );
-        assert_eq!(
-            tr.received(&answer(99, 7, 999, Status::Ok, 1), t0 + ms(13)),
-            Received::Unexpected
-        );
-        assert_eq!(
-            tr.received(&answer(105, 7, 1005, Status::Ok, 1), t0 + ms(13)),
-            Received::Unexpected
-        );
-        assert_eq!(
-            tr.received(b"not a response", t0 + ms(13)),
-            Received::Malformed
-        );
-        assert_eq!(
-            tr.received(&answer(102, 7, 1002, Status::Ok, 2), t0 + ms(14)),
-            Received::Answer(Status::Ok)
-        );
-
-        assert_eq!(tr.next_deadline(), Some(t0 + ms(3) + ms(50)));
-        assert_eq!(tr.expire(t0 + ms(52)), 0);
-        assert_eq!(tr.expire(t0 + ms(53)), 1, "103 times out");
-        assert_eq!(tr.outstanding(), 1);
-        assert_eq!(
-            tr.received(&answer(103, 7, 1003, Status::Ok, 1), t0 + ms(60)),
-            Received::Late
-        );
-        assert_eq!(tr.expire(t0 + ms(100)), 1, "104 times out");
-        assert_eq!(tr.next_deadline(), None);
-
-        let t = tr.tally();
-        assert_eq!((t.sent, t.answered, t.unanswered), (5, 3, 2));
-        assert_eq!(
-            (t.duplicates, t.late, t.unexpected, t.malformed),
-            (1, 1, 4, 1)
-        );
-        assert_eq!(t.by_status["ok"], 2);
-        assert_eq!(t.by_status["overloaded"], 1);
-        assert_eq!(t.by_status.len(), 6);
-        assert_eq!(t.batch_size_sum, 6);
-        assert_eq!(t.rtt_us.len(), 3);
-        assert_eq!(t.rtt_us.max(), t.rtt_us.highest_equivalent(12_000));
-        assert_eq!(t.platform_latency_us.len(), 3);
     }
 }

@@ -18,7 +18,8 @@
 //!   classification of a frame through kp-wire's parsers;
 //! - [`manifest`]: the JSON manifest and the meaning of each field;
 //! - [`pcap`]: classic pcap writer and reader;
-//! - [`client`]: the live UDP client and its sans-IO accounting.
+//! - [`client`]: the live UDP client: its schedule (open or closed loop) on
+//!   kneepoint-client's `Client` (submit/poll), and the report.
 //!
 //! # Design
 //!
