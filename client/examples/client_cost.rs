@@ -37,6 +37,9 @@ use kneepoint_client::frag::Fragmenter;
 use kneepoint_client::Config;
 use kp_wire::{Fragment, IfId, MsgType, ResponseRepr, Status, HEADER_LEN};
 
+/// One thread's submit, hand-off and rtt samples (µs), and its failures.
+type Samples = (Vec<f64>, Vec<f64>, Vec<f64>, usize);
+
 struct Args {
     requests: usize,
     concurrency: usize,
@@ -163,7 +166,7 @@ fn main() -> ExitCode {
     }
     let per_thread = a.requests.div_ceil(a.concurrency);
     let started = Instant::now();
-    let runs: Vec<(Vec<f64>, Vec<f64>, Vec<f64>, usize)> = std::thread::scope(|s| {
+    let runs: Vec<Samples> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..a.concurrency)
             .map(|_| {
                 let (client, input) = (&client, &input);
