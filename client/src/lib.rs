@@ -79,20 +79,9 @@
 //! `infer` blocks, and [`Client::submit`] / [`Client::poll`] keep many
 //! requests outstanding from one thread (what an event loop or the closed-loop
 //! load tool needs). An async user wraps `infer` in `spawn_blocking`, or
-//! polls from one task. Any number of threads can wait at once.
-//!
-//! **Hand-off (leader/follower).** One thread at a time reads the socket.
-//! A thread in `wait`/`infer`/`poll` reads it itself when no other thread
-//! is (it *leads*): it matches what it reads in the book and wakes the
-//! waiters it ended, and returns when its own request ended. The others
-//! sleep (*follow*) until a request ends or the socket is free. A client's
-//! receiver thread reads the socket only when no waiter has for
-//! 2 ms: requests that nobody waits for (submitted, to be
-//! polled later) still have their answers read. Why: when the receiver
-//! thread read every answer, a waiting caller had it only after two
-//! wake-ups (the receiver's, then its own), 20–30 µs each on a small VM;
-//! a leader is woken once, by the answer itself (bench: the client_cost
-//! example, about 24 µs to 2 µs p50 against a loopback stand-in).
+//! polls from one task. One receiver thread per client reads the socket and
+//! wakes the waiters, so any number of threads can wait at once without
+//! one of them having to read for the others.
 //!
 //! **Request identity.** docs/PROTOCOL.md identifies a request by (source
 //! address, source port, if_id, request_id), with request_id "unique per
@@ -147,10 +136,6 @@
 //! - Timeouts are measured from just before the first fragment is sent.
 //! - Dropping a `Client` stops its receiver thread, which notices within
 //!   [`RECV_POLL`] (so `drop` may block that long).
-//! - An answer that arrives while no thread waits, just after waiters
-//!   stopped reading and with none of its requests waited for since, may
-//!   sit in the socket up to [`RECV_POLL`] before the receiver thread reads
-//!   it (its `rtt` then includes that); `wait`/`poll` read it at once.
 //! - Duplicate/late are told apart from `unexpected` for the last 4096
 //!   request ids (by id modulo 4096); only the counters depend on it.
 
@@ -184,9 +169,8 @@ use kp_wire::HEADER_LEN;
 /// Per-request timeout unless configured otherwise.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// How long a thread blocks in one `recv` before it looks at timeouts
-/// and whether the client was dropped; how long the receiver thread sleeps
-/// at most while waiters read the socket.
+/// How long the receiver thread blocks in one `recv` before it looks at
+/// timeouts and whether the client was dropped.
 pub const RECV_POLL: Duration = Duration::from_millis(20);
 
 /// Settings of a [`Client`]; made by [`Config::builder`].
@@ -331,128 +315,22 @@ fn resolve_v4(addr: impl ToSocketAddrs) -> Result<SocketAddrV4, String> {
     })
 }
 
-/// How long the receiver thread stays off the socket after a waiter last
-/// read it (see the crate docs, "Hand-off"): longer than a closed loop's
-/// gap between one answer and its next `wait`.
-const LINGER: Duration = Duration::from_millis(2);
-
-/// Who reads the socket: one thread at a time, the receiver thread or a
-/// waiter that leads (see the crate docs, "Hand-off").
-#[derive(Debug)]
-struct Reader {
-    /// A thread holds the socket (is in or around `recv`).
-    busy: bool,
-    /// Waiters asleep on `ended` that would lead if the socket were free.
-    wanting: usize,
-    /// When a waiter last gave the socket back.
-    led_at: Option<Instant>,
-    /// The socket's read timeout as last set.
-    recv_timeout: Duration,
-    /// The receiver thread sleeps on `rx_park`.
-    rx_parked: bool,
-}
-
-/// What the lock guards.
-#[derive(Debug)]
-struct State {
-    book: Book,
-    reader: Reader,
-}
-
 /// What the client and its receiver thread share.
 #[derive(Debug)]
 struct Shared {
     socket: UdpSocket,
-    state: Mutex<State>,
+    book: Mutex<Book>,
     /// Signalled whenever a request ends.
     ended: Condvar,
-    /// The receiver thread sleeps on it while waiters read the socket.
-    rx_park: Condvar,
-    /// The receive buffer, used by whoever holds the socket.
-    buf: Mutex<Vec<u8>>,
     next_id: AtomicU64,
     closing: AtomicBool,
 }
 
 impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn book(&self) -> MutexGuard<'_, Book> {
         // A panic elsewhere while holding the lock leaves the book as
         // consistent as any of its methods' steps; carry on.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// One `recv` of at most `limit` by the thread that holds the socket
-    /// (`reader.busy`, set by the caller), the lock released meanwhile;
-    /// what came is accounted for, timeouts expired, and waiters woken if
-    /// a request ended.
-    fn read_once<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-        limit: Duration,
-    ) -> MutexGuard<'a, State> {
-        let limit = limit.clamp(Duration::from_micros(1), RECV_POLL);
-        if st.reader.recv_timeout != limit && self.socket.set_read_timeout(Some(limit)).is_ok() {
-            st.reader.recv_timeout = limit;
-        }
-        drop(st);
-        let mut buf = self.buf.lock().unwrap_or_else(PoisonError::into_inner);
-        let got = self.socket.recv(&mut buf);
-        let now = Instant::now();
-        let mut st = self.lock();
-        let ended = match got {
-            Ok(n) => usize::from(matches!(
-                st.book.received(&buf[..n], now),
-                Received::Answer(..)
-            )),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
-                st.book.fail_all_unreachable()
-            }
-            // WouldBlock / TimedOut: the read timeout; anything else is
-            // transient for a UDP socket, and not this thread's to report.
-            Err(_) => 0,
-        };
-        drop(buf);
-        if ended + st.book.expire(now) > 0 {
-            self.ended.notify_all();
-        }
-        st
-    }
-
-    /// Waits up to `limit` for something to end: reads the socket itself
-    /// if no one does (leads), else sleeps until woken (follows).
-    fn await_or_lead<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-        limit: Duration,
-    ) -> MutexGuard<'a, State> {
-        if !st.reader.busy {
-            st.reader.busy = true;
-            st = self.read_once(st, limit);
-            st.reader.busy = false;
-            st.reader.led_at = Some(Instant::now());
-            return st;
-        }
-        st.reader.wanting += 1;
-        // At most RECV_POLL: then look again whether the socket is free.
-        st = self
-            .ended
-            .wait_timeout(st, limit.min(RECV_POLL))
-            .unwrap_or_else(PoisonError::into_inner)
-            .0;
-        st.reader.wanting -= 1;
-        st
-    }
-
-    /// A waiter returns: a waiter asleep may lead now; and if requests
-    /// are outstanding that no thread waits for, the receiver thread reads
-    /// their answers from now on.
-    fn leave(&self, st: &mut State) {
-        if st.reader.wanting > 0 {
-            self.ended.notify_all();
-        } else if st.reader.rx_parked && st.book.outstanding() > 0 {
-            st.reader.led_at = None;
-            self.rx_park.notify_one();
-        }
+        self.book.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -477,22 +355,12 @@ impl Client {
     pub fn with_config(cfg: Config) -> Result<Client, ClientError> {
         let socket = UdpSocket::bind(cfg.bind)?;
         socket.connect(cfg.platform)?;
-        socket.set_read_timeout(Some(RECV_POLL))?;
+        let rx = socket.try_clone()?;
+        rx.set_read_timeout(Some(RECV_POLL))?;
         let shared = Arc::new(Shared {
             socket,
-            state: Mutex::new(State {
-                book: Book::new(),
-                reader: Reader {
-                    busy: false,
-                    wanting: 0,
-                    led_at: None,
-                    recv_timeout: RECV_POLL,
-                    rx_parked: false,
-                },
-            }),
+            book: Mutex::new(Book::new()),
             ended: Condvar::new(),
-            rx_park: Condvar::new(),
-            buf: Mutex::new(vec![0u8; 65_536]),
             next_id: AtomicU64::new(first_request_id()),
             closing: AtomicBool::new(false),
         });
@@ -500,7 +368,7 @@ impl Client {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("kneepoint-client-rx".into())
-                .spawn(move || receive_loop(&shared))?
+                .spawn(move || receive_loop(&rx, &shared))?
         };
         Ok(Client {
             shared,
@@ -560,25 +428,25 @@ impl Client {
     /// this client's or its result was collected already (by `wait` or
     /// `poll`). Waits at most until the request's timeout.
     pub fn wait(&self, id: RequestId) -> Result<Answer, ClientError> {
-        let mut st = self.shared.lock();
+        let mut book = self.shared.book();
         loop {
-            if let Some(result) = st.book.take(id.0) {
-                self.shared.leave(&mut st);
+            if let Some(result) = book.take(id.0) {
                 return result;
             }
-            let Some(deadline) = st.book.deadline_of(id.0) else {
-                self.shared.leave(&mut st);
+            let Some(deadline) = book.deadline_of(id.0) else {
                 return Err(ClientError::UnknownRequest(id));
             };
             let now = Instant::now();
             if now >= deadline {
-                if st.book.expire(now) > 0 {
-                    // Ours among them: a follower may lead now.
-                    self.shared.ended.notify_all();
-                }
+                book.expire(now);
                 continue;
             }
-            st = self.shared.await_or_lead(st, deadline - now);
+            book = self
+                .shared
+                .ended
+                .wait_timeout(book, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
@@ -588,37 +456,38 @@ impl Client {
     /// [`infer`](Self::infer) are never returned here.
     pub fn poll(&self, timeout: Duration) -> Vec<(RequestId, Result<Answer, ClientError>)> {
         let until = Instant::now() + timeout;
-        let mut st = self.shared.lock();
+        let mut book = self.shared.book();
         loop {
             let now = Instant::now();
-            st.book.expire(now);
-            if st.book.has_ready() {
-                let ready = st.book.take_ready();
+            book.expire(now);
+            if book.has_ready() {
+                let ready = book.take_ready();
                 if !ready.is_empty() || now >= until {
-                    self.shared.leave(&mut st);
                     return ready;
                 }
             }
             if now >= until {
-                self.shared.leave(&mut st);
                 return Vec::new();
             }
             // Wake for the soonest request timeout too: it ends a request.
-            let wake = st.book.next_deadline().map_or(until, |d| d.min(until));
-            st = self
+            let wake = book.next_deadline().map_or(until, |d| d.min(until));
+            book = self
                 .shared
-                .await_or_lead(st, wake.saturating_duration_since(now));
+                .ended
+                .wait_timeout(book, wake.saturating_duration_since(now))
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
     /// Requests outstanding (sent, not ended).
     pub fn outstanding(&self) -> usize {
-        self.shared.lock().book.outstanding()
+        self.shared.book().outstanding()
     }
 
     /// The counters so far.
     pub fn stats(&self) -> Stats {
-        self.shared.lock().book.stats()
+        self.shared.book().stats()
     }
 
     fn submit_inner(
@@ -649,8 +518,7 @@ impl Client {
         // In the book before the first fragment leaves: its answer may
         // come before the last one is sent (UNKNOWN_IF does).
         self.shared
-            .lock()
-            .book
+            .book()
             .insert(id, if_id, send_ts_ns, Instant::now(), timeout, pollable);
         loop {
             let mut lens = [0usize; SEND_BATCH];
@@ -673,7 +541,7 @@ impl Client {
                 *d = &chunk[..len];
             }
             if let Err(e) = send_datagrams(&self.shared.socket, &datagrams[..n]) {
-                self.shared.lock().book.forget(id);
+                self.shared.book().forget(id);
                 return Err(e);
             }
         }
@@ -724,36 +592,25 @@ fn send_datagrams(socket: &UdpSocket, datagrams: &[&[u8]]) -> Result<(), ClientE
     Ok(())
 }
 
-/// The receiver thread: reads the socket whenever no waiter has read it
-/// for [`LINGER`] and none wants to.
-fn receive_loop(shared: &Shared) {
-    let mut st = shared.lock();
+fn receive_loop(socket: &UdpSocket, shared: &Shared) {
+    // Larger than any datagram: an oversized one cannot be truncated into
+    // something that parses.
+    let mut buf = vec![0u8; 65_536];
     while !shared.closing.load(Ordering::Acquire) {
+        let got = socket.recv(&mut buf);
         let now = Instant::now();
-        let waiter_reads = st.reader.busy
-            || st.reader.wanting > 0
-            || st
-                .reader
-                .led_at
-                .is_some_and(|t| now.saturating_duration_since(t) < LINGER);
-        if waiter_reads {
-            // Woken early by `leave`; else look again after RECV_POLL
-            // (not sooner: a timer wake-up per LINGER cost a closed loop
-            // more than the hand-off it saves).
-            st.reader.rx_parked = true;
-            st = shared
-                .rx_park
-                .wait_timeout(st, RECV_POLL)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-            st.reader.rx_parked = false;
-            continue;
-        }
-        st.reader.busy = true;
-        st = shared.read_once(st, RECV_POLL);
-        st.reader.busy = false;
-        if st.reader.wanting > 0 {
-            // A waiter asleep wants the socket: hand it over.
+        let mut book = shared.book();
+        let ended = match got {
+            Ok(n) => usize::from(matches!(
+                book.received(&buf[..n], now),
+                Received::Answer(..)
+            )),
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => book.fail_all_unreachable(),
+            // WouldBlock / TimedOut: the read timeout; anything else is
+            // transient for a UDP socket, and not this thread's to report.
+            Err(_) => 0,
+        };
+        if ended + book.expire(now) > 0 {
             shared.ended.notify_all();
         }
     }
