@@ -7,7 +7,8 @@
 #   bench/bench_client.sh [bench_client.py options: --concurrency 4 --rounds 5 --duration 3]
 #
 # Needs root, hugepages, `make build models python`. Binaries from
-# ${CARGO_TARGET_DIR:-target}/release.
+# ${CARGO_TARGET_DIR:-target}/release; the Python that has `kneepoint` is
+# ${PYTHON:-.venv/bin/python} (e.g. a scratch venv with a wheel under test).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 T=${CARGO_TARGET_DIR:-target}/release
@@ -35,5 +36,5 @@ ip netns exec "$PLATFORM_NS" "$T/kp-if" --model models/squeezenet/config.toml --
   -- --lcores "1@(0-1)" "${EAL[@]}" --proc-type secondary >"$D/if.out" 2>"$D/if.err" &
 IF=$!
 wait_for "$D/if.err" "kp-if: ready"
-ip netns exec "$CLIENT_NS" .venv/bin/python bench/bench_client.py \
+ip netns exec "$CLIENT_NS" "${PYTHON:-.venv/bin/python}" bench/bench_client.py \
   --addr "$PLATFORM_IP:9000" --kp-client "$T/kp-client" "$@"

@@ -471,3 +471,65 @@ fn poll_replies_times_error_answers_too_and_ids_can_start_where_told() {
     assert_eq!(seen[0].fragments, 3);
     assert_eq!(seen[0].header.request_id, 500);
 }
+
+#[test]
+fn waiters_pollers_and_requests_nobody_waits_for_each_get_their_answer_once() {
+    // Answers out of order: the input's first byte says how late (ms).
+    let platform =
+        FakePlatform::start(|_, p, _| Act::Delay(Duration::from_millis(u64::from(p[0] % 7) * 3)));
+    let client = Config::builder(platform.addr)
+        .timeout(Duration::from_secs(5))
+        .connect()
+        .unwrap();
+    // Threads in `infer` (leading or following) and one polling its own
+    // submissions, at once.
+    let polled = std::thread::scope(|s| {
+        for t in 0..4u8 {
+            let client = &client;
+            s.spawn(move || {
+                for i in 0..20u8 {
+                    let a = client.infer(1, &[t * 20 + i; 3000]).unwrap();
+                    assert!(client.wait(a.request_id).is_err(), "delivered twice");
+                }
+            });
+        }
+        let poller = s.spawn(|| {
+            let mut ids: Vec<RequestId> = (0..10u8)
+                .map(|i| client.submit(1, &[i; 3000]).unwrap())
+                .collect();
+            let mut got = Vec::new();
+            let until = Instant::now() + Duration::from_secs(5);
+            while got.len() < ids.len() && Instant::now() < until {
+                for (id, r) in client.poll(Duration::from_millis(5)) {
+                    r.unwrap();
+                    got.push(id);
+                }
+            }
+            got.sort_unstable();
+            ids.sort_unstable();
+            assert_eq!(got, ids, "each polled request once");
+            got.len()
+        });
+        poller.join().unwrap()
+    });
+    assert_eq!(polled, 10);
+    // Then requests nobody waits for: the receiver thread reads their
+    // answers (poll(0) only collects, it does not read the socket).
+    let ids: Vec<RequestId> = (0..3u8)
+        .map(|i| client.submit(1, &[i; 3000]).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(150));
+    let ready: Vec<RequestId> = client
+        .poll(Duration::ZERO)
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    assert_eq!(ready, ids, "read without a waiter, in the order they ended");
+    let s = client.stats();
+    assert_eq!(
+        (s.submitted, s.answered, s.duplicates, s.unexpected, s.late),
+        (93, 93, 0, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(client.outstanding(), 0);
+}

@@ -8,6 +8,8 @@
 //! - [`futex`]: wait and wake on a word of memory shared between processes
 //!   (a memzone), so a shadow IF sleeps instead of spinning on a core it
 //!   shares with the process it waits for.
+//! - [`net`]: several UDP datagrams in one `sendmmsg` call on a connected
+//!   socket (the client's fragments), and a socket's receive buffer size.
 //! - [`inherit`]: hand a descriptor to a child at a number it is told (the
 //!   orchestrator's readiness pipes, `--notify-fd N`), and take it there.
 //!
@@ -18,3 +20,4 @@
 pub mod affinity;
 pub mod futex;
 pub mod inherit;
+pub mod net;
