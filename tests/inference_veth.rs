@@ -9,27 +9,11 @@
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
+use kneepoint_tests::platform::eal;
 use kneepoint_tests::{
     bin, dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch,
 };
 use serde_json::Value;
-
-fn eal(prefix: &str, lcores: &str, extra: &[String]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "--lcores",
-        lcores,
-        "--file-prefix",
-        prefix,
-        "--no-pci",
-        "--no-telemetry",
-        "--log-level",
-        "lib.eal:error",
-    ]
-    .map(String::from)
-    .to_vec();
-    v.extend_from_slice(extra);
-    v
-}
 
 /// How many threads of process `pid` may run exactly on `cpus` (as
 /// /proc writes a CPU list).
@@ -65,7 +49,7 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
     let ifm = Daemon::start(
         &ns,
         &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-        &eal(&prefix, "0@0", &["--vdev".into(), vdev]),
+        &eal(&prefix, "0@0", &["--vdev", &vdev]),
     )?;
     let kp_if = Daemon::start_bin(
         &ns,
@@ -88,11 +72,7 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
             "--threads".into(),
             "2".into(),
         ],
-        &eal(
-            &prefix,
-            "1@(0-1)",
-            &["--proc-type".into(), "secondary".into()],
-        ),
+        &eal(&prefix, "1@(0-1)", &["--proc-type", "secondary"]),
         "kp-if: ready",
     )?;
     // The orchestrator's view: telemetry published on ZeroMQ.

@@ -10,23 +10,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
+use kneepoint_tests::platform::eal;
 use kneepoint_tests::{dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch};
 use serde_json::Value;
-
-fn eal(prefix: &str, lcores: &str, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<&str> = vec![
-        "--lcores",
-        lcores,
-        "--file-prefix",
-        prefix,
-        "--no-pci",
-        "--no-telemetry",
-        "--log-level",
-        "lib.eal:error",
-    ];
-    v.extend_from_slice(extra);
-    v.into_iter().map(String::from).collect()
-}
 
 /// A file the test needs, made by `make models` / `make python`.
 fn needed(rel: &str, by: &str) -> Result<PathBuf> {

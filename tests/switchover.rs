@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
+use kneepoint_tests::platform::eal;
 use kneepoint_tests::{
     bin, control, dpdk_files_left, file_prefix, repo_root, BackgroundClient, Daemon, NetnsPair,
     Scratch,
@@ -27,23 +28,6 @@ const REASSEMBLY_TIMEOUT_MS: u64 = 100;
 /// How long a step may wait for its condition before the test is called
 /// hung: far beyond what a slow, loaded machine needs (seconds at most).
 const HUNG: Duration = Duration::from_secs(60);
-
-fn eal(prefix: &str, lcores: &str, extra: &[&str]) -> Vec<String> {
-    let mut v: Vec<String> = [
-        "--lcores",
-        lcores,
-        "--file-prefix",
-        prefix,
-        "--no-pci",
-        "--no-telemetry",
-        "--log-level",
-        "lib.eal:error",
-    ]
-    .map(String::from)
-    .to_vec();
-    v.extend(extra.iter().map(|s| s.to_string()));
-    v
-}
 
 struct Platform {
     net: NetnsPair,

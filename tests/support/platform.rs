@@ -12,9 +12,10 @@ use serde_json::Value;
 
 use crate::{dpdk_files_left, file_prefix, Daemon, NetnsPair, Scratch};
 
-/// EAL options of one process of a test platform.
-pub fn eal(prefix: &str, lcores: &str, extra: &[String]) -> Vec<String> {
-    let mut v: Vec<String> = [
+/// EAL options of one process of a test platform (`extra` after the
+/// common ones): the one copy every cross-process test uses.
+pub fn eal(prefix: &str, lcores: &str, extra: &[impl AsRef<str>]) -> Vec<String> {
+    [
         "--lcores",
         lcores,
         "--file-prefix",
@@ -24,10 +25,10 @@ pub fn eal(prefix: &str, lcores: &str, extra: &[String]) -> Vec<String> {
         "--log-level",
         "lib.eal:error",
     ]
+    .into_iter()
+    .chain(extra.iter().map(AsRef::as_ref))
     .map(String::from)
-    .to_vec();
-    v.extend_from_slice(extra);
-    v
+    .collect()
 }
 
 /// A running if-manager + one kp-if in a network namespace. Dropping it
@@ -75,7 +76,7 @@ impl Platform {
         let ifm = Daemon::start(
             &ns,
             &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-            &eal(&prefix, "0@0", &["--vdev".into(), vdev]),
+            &eal(&prefix, "0@0", &["--vdev", &vdev]),
         )?;
         let kp_if = Daemon::start_bin(
             &ns,
@@ -94,11 +95,7 @@ impl Platform {
                 "--threads".into(),
                 "2".into(),
             ],
-            &eal(
-                &prefix,
-                "1@(0-1)",
-                &["--proc-type".into(), "secondary".into()],
-            ),
+            &eal(&prefix, "1@(0-1)", &["--proc-type", "secondary"]),
             "kp-if: ready",
         )?;
         Ok(Platform {
