@@ -56,8 +56,7 @@ pub fn geometry(total_len: usize, payload: usize) -> Result<(u16, u32), ClientEr
 #[derive(Debug)]
 pub struct Fragmenter<'a> {
     input: &'a [u8],
-    header: FragmentRepr,
-    next: u16,
+    cut: Cut,
 }
 
 impl<'a> Fragmenter<'a> {
@@ -70,14 +69,57 @@ impl<'a> Fragmenter<'a> {
         input: &'a [u8],
         payload: usize,
     ) -> Result<Self, ClientError> {
-        let (frag_count, _) = geometry(input.len(), payload)?;
         Ok(Fragmenter {
             input,
+            cut: Cut::new(if_id, request_id, send_ts_ns, input.len(), payload)?,
+        })
+    }
+
+    /// Number of fragments.
+    pub fn frag_count(&self) -> u16 {
+        self.cut.frag_count()
+    }
+
+    /// Writes the next fragment into `buf` and returns its bytes
+    /// (`buf[..32 + len]`); `None` after the last. `buf` must hold
+    /// `HEADER_LEN + stride` bytes (`HEADER_LEN + payload` always does).
+    pub fn next_into<'b>(&mut self, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+        let input = self.input;
+        self.cut
+            .next_with(buf, |offset, dst| {
+                dst.copy_from_slice(&input[offset..offset + dst.len()]);
+            })
+            .map(|d| &*d)
+    }
+}
+
+/// A request's fragments without its input: the headers and the geometry,
+/// with the payload bytes filled by a callback (`fill(offset, dst)`: copy
+/// input bytes `offset..offset + dst.len()` into `dst`). [`Fragmenter`]
+/// fills from a slice; [`Client::prepare_with`](crate::Client::prepare_with)
+/// from whatever the caller reads its input through (the Python binding:
+/// a numpy array's buffer, copied once, straight into the datagrams).
+#[derive(Debug)]
+pub(crate) struct Cut {
+    header: FragmentRepr,
+    next: u16,
+}
+
+impl Cut {
+    pub(crate) fn new(
+        if_id: u16,
+        request_id: u64,
+        send_ts_ns: u64,
+        total_len: usize,
+        payload: usize,
+    ) -> Result<Cut, ClientError> {
+        let (frag_count, _) = geometry(total_len, payload)?;
+        Ok(Cut {
             header: FragmentRepr {
                 if_id: IfId(if_id),
                 request_id,
                 // geometry() checked that it fits.
-                total_len: input.len() as u32,
+                total_len: total_len as u32,
                 frag_index: 0,
                 frag_count,
                 send_ts_ns,
@@ -86,30 +128,32 @@ impl<'a> Fragmenter<'a> {
         })
     }
 
-    /// Number of fragments.
-    pub fn frag_count(&self) -> u16 {
+    pub(crate) fn frag_count(&self) -> u16 {
         self.header.frag_count
     }
 
-    /// Writes the next fragment into `buf` and returns its bytes
-    /// (`buf[..32 + len]`); `None` after the last. `buf` must hold
-    /// `HEADER_LEN + stride` bytes (`HEADER_LEN + payload` always does).
-    pub fn next_into<'b>(&mut self, buf: &'b mut [u8]) -> Option<&'b [u8]> {
+    /// Writes the next fragment's header into `buf` and its payload with
+    /// `fill`, and returns the datagram (`buf[..32 + len]`); `None` after
+    /// the last or if `buf` is too short.
+    pub(crate) fn next_with<'b>(
+        &mut self,
+        buf: &'b mut [u8],
+        fill: impl FnOnce(usize, &mut [u8]),
+    ) -> Option<&'b mut [u8]> {
         if self.next >= self.header.frag_count {
             return None;
         }
         let index = self.next;
         self.next += 1;
         let range = fragment_range(self.header.total_len, self.header.frag_count, index)?;
-        let len = HEADER_LEN + range.len();
-        let out = buf.get_mut(..len)?;
+        let out = buf.get_mut(..HEADER_LEN + range.len())?;
         FragmentRepr {
             frag_index: index,
             ..self.header
         }
         .emit_header(out)
         .ok()?;
-        out[HEADER_LEN..].copy_from_slice(&self.input[range]);
+        fill(range.start, &mut out[HEADER_LEN..]);
         Some(out)
     }
 }

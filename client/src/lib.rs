@@ -63,6 +63,12 @@
 //!   statuses too; what the load tool kp-client accounts with.
 //! - [`Stats`]: what every datagram received was (answers, duplicates,
 //!   late, unexpected, malformed) and how requests ended.
+//! - [`Prepared`]: a request cut into its datagrams, not yet sent
+//!   ([`Client::prepare`] / [`Client::prepare_with`], then
+//!   [`Client::send`] or [`Client::infer_prepared`]): for a caller whose
+//!   input is only stable for a while (the Python binding cuts from a
+//!   numpy array while it holds the GIL and sends without it), and the
+//!   path `submit` and `infer` take themselves.
 //! - [`frag`]: the fragmenter, on kp-wire's header codec and geometry.
 //! - `image` (cargo feature `image`): PNG/JPEG decode, resize and centre
 //!   crop to a model's HxWx3 u8 input, bit for bit the Python reference of
@@ -167,7 +173,7 @@ pub use frag::{DEFAULT_FRAGMENT_PAYLOAD, MAX_FRAGMENT_PAYLOAD};
 pub use kp_wire::Status;
 
 use book::Book;
-use frag::Fragmenter;
+use frag::Cut;
 use kp_wire::HEADER_LEN;
 
 /// Per-request timeout unless configured otherwise.
@@ -219,6 +225,11 @@ impl Config {
     /// The per-request timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+
+    /// How many times `infer` retries a retryable error.
+    pub fn retries(&self) -> u32 {
+        self.retries
     }
 }
 
@@ -355,7 +366,15 @@ struct Shared {
     ended: Condvar,
     next_id: AtomicU64,
     closing: AtomicBool,
+    /// Datagram buffers of sent requests, for the next ones to reuse (a
+    /// fresh one per request would be zeroed, or page-faulted in, every
+    /// time): at most [`SPARE_BUFFERS`].
+    spare: Mutex<Vec<Vec<u8>>>,
 }
+
+/// Datagram buffers a client keeps for reuse (one per request in the
+/// middle of being cut or sent; ~155 KB each for a 224x224x3 image).
+const SPARE_BUFFERS: usize = 8;
 
 impl Shared {
     fn book(&self) -> MutexGuard<'_, Book> {
@@ -394,6 +413,7 @@ impl Client {
             ended: Condvar::new(),
             next_id: AtomicU64::new(cfg.first_request_id.unwrap_or_else(first_request_id)),
             closing: AtomicBool::new(false),
+            spare: Mutex::new(Vec::new()),
         });
         let receiver = {
             let shared = Arc::clone(&shared);
@@ -425,7 +445,7 @@ impl Client {
     pub fn infer(&self, if_id: u16, input: &[u8]) -> Result<Answer, ClientError> {
         let mut attempt = 0;
         loop {
-            let id = self.submit_inner(if_id, input, self.cfg.timeout, false)?;
+            let id = self.send_inner(self.prepare(if_id, input)?, self.cfg.timeout, false)?;
             match self.wait(id) {
                 Err(e) if e.is_retryable() && attempt < self.cfg.retries => attempt += 1,
                 result => return result,
@@ -438,7 +458,7 @@ impl Client {
     /// once. Fails (nothing outstanding) on a local error: wrong or bad
     /// size, a failed send, unreachable.
     pub fn submit(&self, if_id: u16, input: &[u8]) -> Result<RequestId, ClientError> {
-        self.submit_inner(if_id, input, self.cfg.timeout, true)
+        self.send(self.prepare(if_id, input)?)
     }
 
     /// [`submit`](Self::submit) with this request's own timeout.
@@ -451,7 +471,85 @@ impl Client {
         if timeout.is_zero() {
             return Err(ClientError::Config("timeout must be > 0".into()));
         }
-        self.submit_inner(if_id, input, timeout, true)
+        self.send_inner(self.prepare(if_id, input)?, timeout, true)
+    }
+
+    /// Cuts `input` for `if_id` into a new request's datagrams (a new
+    /// request id; the size checks of [`submit`](Self::submit)) without
+    /// sending them: [`send`](Self::send) or
+    /// [`infer_prepared`](Self::infer_prepared) does. `input` is read here
+    /// and not after.
+    pub fn prepare(&self, if_id: u16, input: &[u8]) -> Result<Prepared, ClientError> {
+        self.prepare_with(if_id, input.len(), |offset, dst| {
+            dst.copy_from_slice(&input[offset..offset + dst.len()]);
+        })
+    }
+
+    /// [`prepare`](Self::prepare) for an input of `len` bytes that is not a
+    /// slice: `fill(offset, dst)` must copy input bytes `offset..offset +
+    /// dst.len()` into `dst` (each byte is asked for once, in order, in
+    /// pieces of at most the fragment payload).
+    pub fn prepare_with(
+        &self,
+        if_id: u16,
+        len: usize,
+        mut fill: impl FnMut(usize, &mut [u8]),
+    ) -> Result<Prepared, ClientError> {
+        if let Some(&expected) = self.cfg.input_lens.get(&if_id) {
+            if len != expected {
+                return Err(ClientError::WrongSize {
+                    if_id,
+                    expected,
+                    got: len,
+                });
+            }
+        }
+        let (count, stride) = frag::geometry(len, self.cfg.fragment_payload)?;
+        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let send_ts_ns = wall_clock_ns();
+        let mut cut = Cut::new(if_id, id, send_ts_ns, len, self.cfg.fragment_payload)?;
+        let slot = HEADER_LEN + stride as usize;
+        let mut buf = self
+            .shared
+            .spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_default();
+        // Grown (zeroed) only past what it held: a reused buffer's bytes
+        // are all overwritten below.
+        let need = slot * usize::from(count);
+        if buf.len() < need {
+            buf.resize(need, 0);
+        }
+        let mut last_len = 0;
+        for chunk in buf[..need].chunks_exact_mut(slot) {
+            last_len = cut.next_with(chunk, &mut fill).map_or(0, |d| d.len());
+        }
+        Ok(Prepared {
+            client: Arc::as_ptr(&self.shared) as usize,
+            id,
+            if_id,
+            send_ts_ns,
+            buf,
+            slot,
+            count,
+            last_len,
+        })
+    }
+
+    /// Sends a prepared request; as [`submit`](Self::submit) from then on
+    /// (its result from `poll` or `wait`, once; timeout from now).
+    pub fn send(&self, prepared: Prepared) -> Result<RequestId, ClientError> {
+        self.send_inner(prepared, self.cfg.timeout, true)
+    }
+
+    /// Sends a prepared request and blocks until its result, as
+    /// [`infer`](Self::infer) but with no retries (a retry is a new
+    /// request: prepare again).
+    pub fn infer_prepared(&self, prepared: Prepared) -> Result<Answer, ClientError> {
+        let id = self.send_inner(prepared, self.cfg.timeout, false)?;
+        self.wait(id)
     }
 
     /// Blocks until request `id` (from [`submit`](Self::submit)) ends, and
@@ -537,75 +635,106 @@ impl Client {
         self.shared.book().stats()
     }
 
-    fn submit_inner(
+    fn send_inner(
         &self,
-        if_id: u16,
-        input: &[u8],
+        p: Prepared,
         timeout: Duration,
         pollable: bool,
     ) -> Result<RequestId, ClientError> {
-        if let Some(&expected) = self.cfg.input_lens.get(&if_id) {
-            if input.len() != expected {
-                return Err(ClientError::WrongSize {
-                    if_id,
-                    expected,
-                    got: input.len(),
-                });
-            }
+        if p.client != Arc::as_ptr(&self.shared) as usize {
+            return Err(ClientError::Config(
+                "a request prepared by another client (its request id is that client's)".into(),
+            ));
         }
-        let id = self.shared.next_id.fetch_add(1, Ordering::Relaxed);
-        let send_ts_ns = wall_clock_ns();
-        let payload = self.cfg.fragment_payload;
-        let mut frags = Fragmenter::new(if_id, id, send_ts_ns, input, payload)?;
-        // Up to SEND_BATCH fragments are cut into `buf`, one per slot,
-        // then go out in one sendmmsg.
-        let slot = HEADER_LEN + payload.min(input.len());
-        // With a fragment_gap, one fragment per call and a pause between.
+        // In the book before the first fragment leaves: its answer may
+        // come before the last one is sent (UNKNOWN_IF does).
+        self.shared.book().insert(
+            p.id,
+            p.if_id,
+            p.send_ts_ns,
+            Instant::now(),
+            timeout,
+            pollable,
+        );
+        // Up to SEND_BATCH datagrams per sendmmsg; with a fragment_gap, one
+        // per call and a pause between.
         let per_call = if self.cfg.fragment_gap.is_zero() {
             SEND_BATCH
         } else {
             1
         };
-        let batch = per_call.min(usize::from(frags.frag_count()));
-        let mut buf = vec![0u8; slot * batch];
-        // In the book before the first fragment leaves: its answer may
-        // come before the last one is sent (UNKNOWN_IF does).
-        self.shared
-            .book()
-            .insert(id, if_id, send_ts_ns, Instant::now(), timeout, pollable);
-        let mut first = true;
-        loop {
-            if !first && !self.cfg.fragment_gap.is_zero() {
-                // One fragment per call then (see `per_call`): pause
-                // between fragments.
+        let count = usize::from(p.count);
+        let mut datagrams: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
+        let mut next = 0;
+        let mut sent = Ok(());
+        while next < count && sent.is_ok() {
+            if next > 0 && per_call == 1 {
                 std::thread::sleep(self.cfg.fragment_gap);
             }
-            first = false;
-            let mut lens = [0usize; SEND_BATCH];
-            let mut n = 0;
-            for chunk in buf.chunks_exact_mut(slot) {
-                match frags.next_into(chunk) {
-                    Some(d) => lens[n] = d.len(),
-                    None => break,
-                }
-                n += 1;
+            let n = per_call.min(count - next);
+            for (k, d) in datagrams[..n].iter_mut().enumerate() {
+                *d = p.datagram(next + k);
             }
-            if n == 0 {
-                break;
-            }
-            let mut datagrams: [&[u8]; SEND_BATCH] = [&[]; SEND_BATCH];
-            for (d, (chunk, &len)) in datagrams
-                .iter_mut()
-                .zip(buf.chunks_exact(slot).zip(&lens[..n]))
-            {
-                *d = &chunk[..len];
-            }
-            if let Err(e) = send_datagrams(&self.shared.socket, &datagrams[..n]) {
+            sent = send_datagrams(&self.shared.socket, &datagrams[..n]);
+            next += n;
+        }
+        let Prepared { id, buf, .. } = p;
+        let mut spare = self
+            .shared
+            .spare
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if spare.len() < SPARE_BUFFERS {
+            spare.push(buf);
+        }
+        drop(spare);
+        match sent {
+            Ok(()) => Ok(RequestId(id)),
+            Err(e) => {
                 self.shared.book().forget(id);
-                return Err(e);
+                Err(e)
             }
         }
-        Ok(RequestId(id))
+    }
+}
+
+/// A request cut into its datagrams and not sent yet: from
+/// [`Client::prepare`] or [`Client::prepare_with`], for
+/// [`Client::send`] or [`Client::infer_prepared`] of the same client
+/// (its request id is that client's). Dropping it sends nothing.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The preparing client's identity (its shared state's address).
+    client: usize,
+    id: u64,
+    if_id: u16,
+    send_ts_ns: u64,
+    /// `count` datagrams of `slot` bytes each (the last `last_len`).
+    buf: Vec<u8>,
+    slot: usize,
+    count: u16,
+    last_len: usize,
+}
+
+impl Prepared {
+    /// Its request id (used once it is sent).
+    pub fn request_id(&self) -> RequestId {
+        RequestId(self.id)
+    }
+
+    /// Number of datagrams.
+    pub fn frag_count(&self) -> u16 {
+        self.count
+    }
+
+    /// Datagram `i` (`i < frag_count`).
+    fn datagram(&self, i: usize) -> &[u8] {
+        let len = if i + 1 == usize::from(self.count) {
+            self.last_len
+        } else {
+            self.slot
+        };
+        &self.buf[i * self.slot..i * self.slot + len]
     }
 }
 
@@ -670,7 +799,10 @@ fn receive_loop(socket: &UdpSocket, shared: &Shared) {
             // transient for a UDP socket, and not this thread's to report.
             Err(_) => 0,
         };
-        if ended + book.expire(now) > 0 {
+        let ended = ended + book.expire(now);
+        // Notified after unlocking, so a woken waiter finds the lock free.
+        drop(book);
+        if ended > 0 {
             shared.ended.notify_all();
         }
     }

@@ -533,3 +533,68 @@ fn waiters_pollers_and_requests_nobody_waits_for_each_get_their_answer_once() {
     );
     assert_eq!(client.outstanding(), 0);
 }
+
+#[test]
+fn prepared_requests_carry_the_same_bytes_and_are_checked_like_submit() {
+    let platform = FakePlatform::start(|_, _, _| Act::Answer(Status::Ok));
+    let input = photo();
+    let client = Config::builder(platform.addr)
+        .fragment_payload(1000)
+        .input_len(9, input.len())
+        .connect()
+        .unwrap();
+    // prepare_with is asked for each byte once, in order, in pieces of at
+    // most a fragment's payload; cut from a closure, the bytes are the same.
+    let mut asked = Vec::new();
+    let p = client
+        .prepare_with(9, input.len(), |offset, dst| {
+            asked.push((offset, dst.len()));
+            dst.copy_from_slice(&input[offset..offset + dst.len()]);
+        })
+        .unwrap();
+    assert_eq!(p.frag_count(), 28);
+    assert_eq!(asked.len(), 28);
+    assert!(asked.windows(2).all(|w| w[0].0 + w[0].1 == w[1].0));
+    assert_eq!(asked.last().map(|(o, l)| o + l), Some(input.len()));
+    assert!(asked.iter().all(|&(_, l)| l <= 1000));
+    let id = p.request_id();
+    assert_eq!(
+        client.outstanding(),
+        0,
+        "nothing is outstanding before send"
+    );
+    let a = client.infer_prepared(p).unwrap();
+    assert_eq!(a.request_id, id);
+    let seen = platform.seen().pop().unwrap();
+    assert_eq!(seen.payload, input, "reassembled bytes differ");
+    assert_eq!(seen.fragments, 28);
+    assert_eq!(seen.header.request_id, id.0);
+
+    // send + wait, the buffer of the first request reused (same bytes out).
+    let p = client.prepare(9, &input).unwrap();
+    let id = client.send(p).unwrap();
+    assert_eq!(client.wait(id).unwrap().request_id, id);
+    assert_eq!(platform.seen().pop().unwrap().payload, input);
+
+    // The size checks are submit's, before anything is cut.
+    assert!(matches!(
+        client.prepare_with(9, 10, |_, _| panic!("must not be asked")),
+        Err(ClientError::WrongSize {
+            if_id: 9,
+            expected: 27_648,
+            got: 10
+        })
+    ));
+    assert!(matches!(
+        client.prepare(3, &[]),
+        Err(ClientError::EmptyInput)
+    ));
+    // A prepared request is its client's: another refuses it, sending nothing.
+    let other = Client::new(platform.addr).unwrap();
+    let before = platform.seen().len();
+    let p = client.prepare(9, &input).unwrap();
+    assert!(matches!(other.send(p), Err(ClientError::Config(_))));
+    assert_eq!(other.stats().submitted, 0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(platform.seen().len(), before, "nothing was sent");
+}
