@@ -31,7 +31,7 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Mapping, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, Mapping, TypeAlias
 
 import numpy as np
 
@@ -106,32 +106,23 @@ ImageLike: TypeAlias = "bytes | bytearray | memoryview | np.ndarray | str | os.P
 PictureLike: TypeAlias = "np.ndarray | str | os.PathLike[str] | PILImage"
 
 
-class Prediction(NamedTuple):
-    """One of an answer's top-k classes."""
+#: One of an answer's top-k classes: ``class_id``, ``label`` (the class's
+#: name from the model's labels, None without labels) and ``score`` (the
+#: model's output at ``class_id``, a probability for models that end in a
+#: softmax). Frozen; also a 3-tuple ``(class_id, label, score)`` as far as
+#: indexing, unpacking, ``len`` and equality go. Made by the native module,
+#: like :class:`Answer`: building them in Python cost ~30 µs per answer
+#: with the interpreter's caches cold after a wait (docs/PERFORMANCE.md).
+Prediction = _native.Prediction
 
-    class_id: int
-    #: The class's name from the model's labels, None without labels.
-    label: str | None
-    #: The model's output at ``class_id`` (a probability for models that
-    #: end in a softmax).
-    score: float
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A status-OK answer with everything the platform says about it."""
-
-    request_id: int
-    if_id: int
-    #: Highest score first.
-    predictions: list[Prediction]
-    #: Size of the batch the request was inferred in.
-    batch_size: int
-    #: The platform's time from the request's first fragment to its answer.
-    platform_latency_us: int
-    #: Round trip seen by the client (from just before the first fragment
-    #: was sent to the answer's arrival), seconds.
-    rtt: float
+#: A status-OK answer with everything the platform says about it (frozen):
+#: ``request_id``, ``if_id``, ``predictions`` (a list of :class:`Prediction`,
+#: highest score first), ``batch_size`` (of the batch the request was
+#: inferred in), ``platform_latency_us`` (the platform's time from the
+#: request's first fragment to its answer) and ``rtt`` (seconds, as seen by
+#: the client: from just before the first fragment was sent to the
+#: answer's arrival).
+Answer = _native.Answer
 
 
 @dataclass(frozen=True)
@@ -247,12 +238,55 @@ def preprocess(image: PictureLike, height: int, width: int) -> np.ndarray:
     return np.frombuffer(out, dtype=np.uint8).reshape(height, width, 3)
 
 
-def _answer(raw: tuple[int, int, list[tuple[int, float]], int, int, float], labels: tuple[str, ...] | None) -> Answer:
-    request_id, if_id, top_k, batch_size, latency_us, rtt = raw
-    preds = [
-        Prediction(c, labels[c] if labels is not None and c < len(labels) else None, s) for c, s in top_k
-    ]
-    return Answer(request_id, if_id, preds, batch_size, latency_us, rtt)
+class _Inputs:
+    """What is sent for an input: :meth:`Client.input_for`. The native client
+    takes raw buffers and arrays of the model's exact size itself, and calls
+    this for every other input; it is its own object, not a method of
+    :class:`Client`, so that the native client does not refer back to the
+    Client that owns it (a cycle would keep the socket and its receiver
+    thread alive until a garbage collection)."""
+
+    def __init__(self, models: dict[int, Model] | None, repo: Path | None) -> None:
+        self.models = models
+        self.repo = repo
+
+    def model(self, if_id: int) -> Model | None:
+        if self.models is None:
+            return None
+        model = self.models.get(if_id)
+        if model is None:
+            raise UnknownIfError(
+                f"if_id {if_id} is not in the model repository {self.repo} (nothing sent)",
+                if_id=if_id,
+            )
+        return model
+
+    def __call__(self, if_id: int, image: ImageLike) -> bytes | bytearray | memoryview | np.ndarray:
+        model = self.model(if_id)
+        if isinstance(image, (bytes, bytearray, memoryview)):
+            return image
+        if isinstance(image, np.ndarray):
+            if image.dtype == np.uint8 and (
+                model is None or not model.takes_images or image.shape == (model.height, model.width, 3)
+            ):
+                return image
+        elif not isinstance(image, (str, os.PathLike)) and not _is_pil(image):
+            raise TypeError(
+                "an input is bytes, a numpy uint8 array, a PIL image or a path, "
+                f"not {type(image).__name__}"
+            )
+        if model is None or not model.takes_images:
+            why = "no model repository" if model is None else f"model {model.name} takes {model.input_format}"
+            raise NoModelError(
+                f"if_id {if_id}: an image needs the model's input size ({why}); send raw bytes",
+                if_id=if_id,
+            )
+        if isinstance(image, (str, os.PathLike)):
+            return _native.load_image(os.fspath(image), model.height, model.width)
+        rgb = _rgb_array(image)
+        if rgb.shape == (model.height, model.width, 3):
+            return rgb
+        return _native.preprocess_rgb(rgb, rgb.shape[0], rgb.shape[1], model.height, model.width)
 
 
 class Client:
@@ -283,10 +317,25 @@ class Client:
         repo = None if models is False else Path(models) if models is not None else _default_models()
         self._models: dict[int, Model] | None = load_models(repo) if repo is not None else None
         self._repo = repo
-        lens = [(m.if_id, m.input_len) for m in (self._models or {}).values()]
+        self._inputs = _Inputs(self._models, repo)
+        table = (
+            None
+            if self._models is None
+            else [
+                (
+                    m.if_id,
+                    m.input_len,
+                    (m.height, m.width) if m.takes_images else None,
+                    list(m.labels) if m.labels is not None else None,
+                )
+                for m in self._models.values()
+            ]
+        )
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
-        self._native = _native.NativeClient(addr, float(timeout), int(fragment_payload), lens, int(retries))
+        self._native = _native.NativeClient(
+            addr, float(timeout), int(fragment_payload), int(retries), table, self._inputs, np.ndarray
+        )
 
     @property
     def models(self) -> Mapping[int, Model] | None:
@@ -296,15 +345,7 @@ class Client:
     def model(self, if_id: int) -> Model | None:
         """``if_id``'s model; None without a repository. Raises
         :class:`UnknownIfError` if the repository lacks it."""
-        if self._models is None:
-            return None
-        model = self._models.get(if_id)
-        if model is None:
-            raise UnknownIfError(
-                f"if_id {if_id} is not in the model repository {self._repo} (nothing sent)",
-                if_id=if_id,
-            )
-        return model
+        return self._inputs.model(if_id)
 
     def labels(self, if_id: int) -> tuple[str, ...]:
         """``if_id``'s class names. Raises :class:`NoLabelsError` if the
@@ -319,31 +360,7 @@ class Client:
         """What ``infer`` sends for ``image``: raw buffers and numpy arrays of
         the model's exact size as they are, other images preprocessed to
         the model's input size."""
-        model = self.model(if_id)
-        if isinstance(image, (bytes, bytearray, memoryview)):
-            return image
-        if isinstance(image, np.ndarray):
-            if image.dtype == np.uint8 and (
-                model is None or not model.takes_images or image.shape == (model.height, model.width, 3)
-            ):
-                return image
-        elif not isinstance(image, (str, os.PathLike)) and not _is_pil(image):
-            raise TypeError(
-                "an input is bytes, a numpy uint8 array, a PIL image or a path, "
-                f"not {type(image).__name__}"
-            )
-        if model is None or not model.takes_images:
-            why = "no model repository" if model is None else f"model {model.name} takes {model.input_format}"
-            raise NoModelError(
-                f"if_id {if_id}: an image needs the model's input size ({why}); send raw bytes",
-                if_id=if_id,
-            )
-        if isinstance(image, (str, os.PathLike)):
-            return _native.load_image(os.fspath(image), model.height, model.width)
-        rgb = _rgb_array(image)
-        if rgb.shape == (model.height, model.width, 3):
-            return rgb
-        return _native.preprocess_rgb(rgb, rgb.shape[0], rgb.shape[1], model.height, model.width)
+        return self._inputs(if_id, image)
 
     def infer(self, if_id: int, image: ImageLike, *, k: int = 5) -> list[Prediction]:
         """Classifies ``image`` with inference function ``if_id``; blocks (GIL
@@ -356,29 +373,21 @@ class Client:
 
     def infer_full(self, if_id: int, image: ImageLike) -> Answer:
         """:meth:`infer` with the whole answer (batch size, latencies)."""
-        data = self.input_for(if_id, image)
-        return _answer(self._native.infer(if_id, data), self._labels_or_none(if_id))
+        return self._native.infer(if_id, image)
 
     def submit(self, if_id: int, image: ImageLike) -> int:
         """Sends ``image`` to ``if_id`` and returns its request id at once;
         collect the result with :meth:`wait` or :meth:`poll` (once)."""
-        return self._native.submit(if_id, self.input_for(if_id, image))
+        return self._native.submit(if_id, image)
 
     def wait(self, request_id: int) -> Answer:
         """Blocks until request ``request_id`` ends; its answer, or raises."""
-        raw = self._native.wait(request_id)
-        return _answer(raw, self._labels_or_none(raw[1]))
+        return self._native.wait(request_id)
 
     def poll(self, timeout: float = 0.0) -> list[tuple[int, Answer | KneepointError]]:
         """Waits up to ``timeout`` seconds for submitted requests to end and
         returns those that did, each with its answer or its exception."""
-        out: list[tuple[int, Answer | KneepointError]] = []
-        for request_id, result in self._native.poll(float(timeout)):
-            if isinstance(result, KneepointError):
-                out.append((request_id, result))
-            else:
-                out.append((request_id, _answer(result, self._labels_or_none(result[1]))))
-        return out
+        return self._native.poll(float(timeout))
 
     def outstanding(self) -> int:
         """Requests sent and not ended."""
@@ -393,9 +402,3 @@ class Client:
     def local_addr(self) -> str:
         """The socket's local ``host:port``."""
         return self._native.local_addr()
-
-    def _labels_or_none(self, if_id: int) -> tuple[str, ...] | None:
-        if self._models is None:
-            return None
-        model = self._models.get(if_id)
-        return model.labels if model is not None else None

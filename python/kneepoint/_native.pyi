@@ -1,15 +1,34 @@
 """Type stubs of kneepoint._native, the Rust half (python/src/lib.rs)."""
 
 from os import PathLike
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from ._errors import KneepointError
 
 DEFAULT_FRAGMENT_PAYLOAD: int
 MAX_FRAGMENT_PAYLOAD: int
 
-#: (request_id, if_id, [(class, score)], batch_size, platform_latency_us, rtt_seconds)
-RawAnswer = tuple[int, int, list[tuple[int, float]], int, int, float]
+class Prediction:
+    """One of an answer's top-k classes; also the 3-tuple (class_id, label, score)."""
+
+    class_id: int
+    label: str | None
+    score: float
+    def __init__(self, class_id: int, label: str | None, score: float) -> None: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> int | str | float | None: ...
+    def __iter__(self) -> Iterator[int | str | float | None]: ...
+    def __hash__(self) -> int: ...
+
+class Answer:
+    """A status-OK answer."""
+
+    request_id: int
+    if_id: int
+    predictions: list[Prediction]
+    batch_size: int
+    platform_latency_us: int
+    rtt: float
 #: bytes, or any buffer of unsigned bytes (numpy uint8, bytearray, memoryview).
 Buffer = Any
 
@@ -19,13 +38,15 @@ class NativeClient:
         addr: str,
         timeout: float,
         fragment_payload: int,
-        input_lens: list[tuple[int, int]],
         retries: int,
+        models: list[tuple[int, int, tuple[int, int] | None, list[str] | None]] | None,
+        convert: Callable[[int, Any], Buffer] | None = None,
+        ndarray: type | None = None,
     ) -> None: ...
-    def infer(self, if_id: int, data: Buffer) -> RawAnswer: ...
+    def infer(self, if_id: int, data: Buffer) -> Answer: ...
     def submit(self, if_id: int, data: Buffer) -> int: ...
-    def wait(self, request_id: int) -> RawAnswer: ...
-    def poll(self, timeout: float) -> list[tuple[int, RawAnswer | KneepointError]]: ...
+    def wait(self, request_id: int) -> Answer: ...
+    def poll(self, timeout: float) -> list[tuple[int, Answer | KneepointError]]: ...
     def outstanding(self) -> int: ...
     def stats(self) -> dict[str, int]: ...
     def local_addr(self) -> str: ...

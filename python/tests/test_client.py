@@ -6,6 +6,8 @@ Run: .venv/bin/python -m unittest discover -s python/tests (make test).
 
 from __future__ import annotations
 
+import gc
+import os
 import socket
 import struct
 import tempfile
@@ -70,6 +72,96 @@ class Sink:
 
     def close(self) -> None:
         self.sock.close()
+
+
+class Answerer(Sink):
+    """A UDP socket that answers every complete request OK with class 2
+    (score 0.75) then class 0 (0.25), batch size 3, latency 1234 µs."""
+
+    RESPONSE = struct.Struct(">IBBHQQIHHI")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sock.settimeout(0.05)
+        self.stop = False
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+        self.thread.start()
+
+    def serve(self) -> None:
+        got: dict[int, set[int]] = {}
+        while not self.stop:
+            try:
+                d, peer = self.sock.recvfrom(65536)
+            except (socket.timeout, OSError):
+                continue
+            _m, _v, _t, if_id, rid, _total, idx, count, ts = HEADER.unpack_from(d)
+            got.setdefault(rid, set()).add(idx)
+            if len(got[rid]) == count:
+                head = self.RESPONSE.pack(0x4B4E5054, 1, 2, if_id, rid, ts, 0, 2, 3, 1234)
+                self.sock.sendto(head + struct.pack(">IfIf", 2, 0.75, 0, 0.25), peer)
+
+    def close(self) -> None:
+        self.stop = True
+        self.thread.join()
+        super().close()
+
+
+class Answers(unittest.TestCase):
+    """What an answer looks like in Python (kneepoint.Answer, Prediction)."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.TemporaryDirectory()
+        self.repo = write_repo(Path(self.tmp.name))
+        self.peer = Answerer()
+
+    def tearDown(self) -> None:
+        self.peer.close()
+        self.tmp.cleanup()
+
+    def test_an_answer_carries_labelled_predictions(self) -> None:
+        c = kneepoint.Client(self.peer.addr, models=self.repo, timeout=5)
+        a = c.infer_full(3, np.zeros((4, 5, 3), np.uint8))
+        self.assertIsInstance(a, kneepoint.Answer)
+        self.assertEqual((a.if_id, a.batch_size, a.platform_latency_us), (3, 3, 1234))
+        self.assertTrue(0 < a.rtt < 5)
+        self.assertEqual(a.predictions, [(2, "two", 0.75), (0, "zero", 0.25)])
+        p = a.predictions[0]
+        self.assertIsInstance(p, kneepoint.Prediction)
+        self.assertEqual((p.class_id, p.label, p.score), (2, "two", 0.75))
+        # As the 3-tuple it stands for: unpacking, indexing, len, hashing.
+        class_id, label, score = p
+        self.assertEqual((class_id, label, score), (2, "two", 0.75))
+        self.assertEqual((p[0], p[-1], len(p)), (2, 0.75, 3))
+        with self.assertRaises(IndexError):
+            p[3]
+        self.assertEqual(p, kneepoint.Prediction(2, "two", 0.75))
+        self.assertNotEqual(p, (2, "two", 0.5))
+        self.assertEqual(hash(p), hash((2, "two", 0.75)))
+        self.assertEqual(repr(p), "Prediction(class_id=2, label='two', score=0.75)")
+        with self.assertRaises(AttributeError):
+            p.label = "x"  # type: ignore[misc]
+        with self.assertRaises(AttributeError):
+            a.rtt = 0.0  # type: ignore[misc]
+        self.assertEqual(c.infer(3, np.zeros((4, 5, 3), np.uint8), k=1), [(2, "two", 0.75)])
+        # No labels for if 4, none without a repository.
+        self.assertEqual(c.infer(4, np.zeros((2, 2, 3), np.uint8))[0].label, None)
+        bare = kneepoint.Client(self.peer.addr, models=False, timeout=5)
+        self.assertEqual(bare.infer(3, b"\x00" * 60), [(2, None, 0.75), (0, None, 0.25)])
+
+    def test_submit_wait_and_poll_give_answers_once(self) -> None:
+        c = kneepoint.Client(self.peer.addr, models=self.repo, timeout=5)
+        ids = [c.submit(3, bytes([i]) * 60) for i in range(4)]
+        self.assertEqual(c.wait(ids[0]).request_id, ids[0])
+        got: dict[int, object] = {}
+        deadline = time.monotonic() + 5
+        while len(got) < 3 and time.monotonic() < deadline:
+            got.update(c.poll(0.5))
+        self.assertEqual(sorted(got), sorted(ids[1:]))
+        self.assertTrue(all(isinstance(a, kneepoint.Answer) for a in got.values()))
+        self.assertEqual({a.predictions[0].label for a in got.values()}, {"two"})  # type: ignore[attr-defined]
+        with self.assertRaises(kneepoint.UnknownRequestError):
+            c.wait(ids[1])
+        self.assertEqual(c.stats()["answered"], 4)
 
 
 class ClientErrors(unittest.TestCase):
@@ -178,6 +270,22 @@ class ClientErrors(unittest.TestCase):
             kneepoint.Client(self.sink.addr, models=False).labels(3)
         self.assertEqual(sorted(c.models or {}), [3, 4, 5])
 
+    def test_a_dropped_client_stops_its_thread_without_the_gc(self) -> None:
+        # No reference cycle through the native client: dropping the last
+        # reference closes the socket and joins the receiver thread at once.
+        def threads() -> int:
+            return len(os.listdir("/proc/self/task"))
+
+        gc.disable()
+        try:
+            before = threads()
+            clients = [kneepoint.Client(self.sink.addr, models=self.repo) for _ in range(3)]
+            self.assertEqual(threads(), before + 3)
+            del clients
+            self.assertEqual(threads(), before)
+        finally:
+            gc.enable()
+
     def test_a_bad_repository_is_a_typed_error(self) -> None:
         bad = Path(self.tmp.name) / "bad"
         (bad / "m").mkdir(parents=True)
@@ -256,7 +364,13 @@ class Inputs(unittest.TestCase):
         # Not C-contiguous: made contiguous, same pixels.
         f = np.asfortranarray(a)
         self.assertEqual(self.sent(f), a.tobytes())
+        r = a[::-1, ::-1]  # negative strides
+        self.assertEqual(self.sent(r), np.ascontiguousarray(r).tobytes())
+        ro = a.copy()
+        ro.flags.writeable = False
+        self.assertEqual(self.sent(ro), a.tobytes())
         self.assertEqual(self.sent(bytearray(a.tobytes())), a.tobytes())
+        self.assertEqual(self.sent(memoryview(a.tobytes())), a.tobytes())
 
     def test_other_sizes_are_preprocessed_by_the_rust_code(self) -> None:
         rng = np.random.default_rng(1)
