@@ -168,7 +168,10 @@ impl TelemetryWriter<'_> {
                 &c.latency_us[bucket_of(latency_us.clamp(1, LATENCY_MAX_US))],
                 1,
             );
-            add(&c.latency_buckets[LatencyHistogram::bucket_of(latency_us)], 1);
+            add(
+                &c.latency_buckets[LatencyHistogram::bucket_of(latency_us)],
+                1,
+            );
             add(&c.latency_sum_us, latency_us);
             self.ewma_latency_us = ewma(self.ewma_latency_us, latency_us as f64, self.ok == 1);
             c.ewma_latency_us
