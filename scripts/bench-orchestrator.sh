@@ -177,6 +177,8 @@ cores = "$cpus"
 tuning = $tuning
 tuning_period_ms = $period_ms
 hold_down_s = $hold_down
+# Metrics on any free port: a benchmark never collides with a demo's 9464.
+metrics_listen = "127.0.0.1:0"
 min_step_pct = $min_step
 
 [if_manager]

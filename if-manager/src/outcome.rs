@@ -307,4 +307,20 @@ mod tests {
         assert!(m.values().all(|v| v == 1));
         assert_eq!(c.outcomes_total(), 3 + n as u64);
     }
+
+    #[test]
+    fn the_counters_parse_as_the_typed_stats_the_orchestrator_reads() {
+        let c = Counters::default();
+        c.record(Outcome::Delivered);
+        c.record_not_for_us(NotForUsReason::WrongPort);
+        bump(&c.tx_sent, 3);
+        let mut j = c.to_json();
+        j["ifs"] = serde_json::json!([]); // the stats reply's routes
+        let typed: kp_schema::messages::IfManagerCounters = serde_json::from_value(j).unwrap();
+        assert_eq!(typed.outcomes["delivered"], 1);
+        assert_eq!(typed.outcomes.len(), Outcome::ALL.len());
+        assert_eq!(typed.not_for_us["wrong_port"], 1);
+        assert_eq!(typed.malformed.len(), MalformedReason::all().count());
+        assert_eq!(typed.tx.sent, 3);
+    }
 }

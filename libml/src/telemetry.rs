@@ -33,7 +33,9 @@ use serde_json::Value;
 
 use kp_wire::Status;
 
-pub use kp_schema::telemetry::{IfMessage, LatencySummary, Publication, TelemetrySnapshot};
+pub use kp_schema::telemetry::{
+    IfMessage, LatencyHistogram, LatencySummary, Publication, TelemetrySnapshot, LATENCY_BOUNDS_US,
+};
 
 /// Weight of the newest sample in the EWMAs. 0.1 follows a change within
 /// ~20 samples while smoothing batch-to-batch noise; GSLICE's control loop
@@ -91,6 +93,10 @@ pub struct TelemetryCell {
     first_arrival_ns: AtomicU64,
     last_answer_ns: AtomicU64,
     latency_us: Box<[AtomicU64]>,
+    /// OK answers per [`LATENCY_BOUNDS_US`] bucket (and the overflow one),
+    /// and the sum of their latencies, µs: the histogram Prometheus gets.
+    latency_buckets: [AtomicU64; LATENCY_BOUNDS_US.len() + 1],
+    latency_sum_us: AtomicU64,
 }
 
 impl TelemetryCell {
@@ -107,6 +113,8 @@ impl TelemetryCell {
             first_arrival_ns: AtomicU64::new(u64::MAX),
             last_answer_ns: AtomicU64::new(0),
             latency_us: (0..LATENCY_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            latency_sum_us: AtomicU64::new(0),
         }
     }
 }
@@ -160,6 +168,11 @@ impl TelemetryWriter<'_> {
                 &c.latency_us[bucket_of(latency_us.clamp(1, LATENCY_MAX_US))],
                 1,
             );
+            add(
+                &c.latency_buckets[LatencyHistogram::bucket_of(latency_us)],
+                1,
+            );
+            add(&c.latency_sum_us, latency_us);
             self.ewma_latency_us = ewma(self.ewma_latency_us, latency_us as f64, self.ok == 1);
             c.ewma_latency_us
                 .store(self.ewma_latency_us.to_bits(), Ordering::Relaxed);
@@ -378,7 +391,9 @@ impl Telemetry {
                 .map(|s| (s.as_str().to_string(), answers[*s as usize]))
                 .collect(),
             answers_total,
+            answers_within_slo: self.sum(|c| &c.within_slo),
             batches,
+            batched_requests: batched,
             mean_batch_size: if batches == 0 {
                 0.0
             } else {
@@ -402,6 +417,13 @@ impl Telemetry {
                 p99: q(0.99),
                 max: latency.max(),
                 count: latency.len(),
+            },
+            latency_histogram: LatencyHistogram {
+                bounds_us: LATENCY_BOUNDS_US.to_vec(),
+                counts: (0..=LATENCY_BOUNDS_US.len())
+                    .map(|i| self.sum(|c| &c.latency_buckets[i]))
+                    .collect(),
+                sum_us: self.sum(|c| &c.latency_sum_us),
             },
             ewma_exec_us: self.ewma_of(|c| c.batches.load(Ordering::Relaxed), |c| &c.ewma_exec_us),
             slo_attainment: (self.slo_us != 0 && answers_total != 0)
@@ -450,6 +472,16 @@ mod tests {
         let p99 = j["latency_us"]["p99"].as_u64().unwrap();
         assert!((9890..=9910).contains(&p99), "p99 {p99}");
         assert_eq!(j["ewma_exec_us"], 1000.0 + EWMA_ALPHA * 2000.0);
+        // OK latencies 100, 200, ..., 10_000 µs by bucket (bounds 250, 500,
+        // 1000, 2000, 3000, 5000, 7500, 10_000 µs); the OVERLOADED answer
+        // is not in it.
+        let h = t.snapshot(2_000_000_000).latency_histogram;
+        assert_eq!(h.bounds_us, LATENCY_BOUNDS_US.to_vec());
+        let mut want = vec![0u64; LATENCY_BOUNDS_US.len() + 1];
+        want[..8].copy_from_slice(&[2, 3, 5, 10, 10, 20, 25, 25]);
+        assert_eq!(h.counts, want);
+        assert_eq!(h.sum_us, (1..=100u64).map(|i| i * 100).sum::<u64>());
+        assert_eq!(h.count(), 100);
     }
 
     #[test]
@@ -592,6 +624,7 @@ mod tests {
     fn a_published_message_parses_back_to_what_was_sent() {
         let t = busy_telemetry();
         let sent = IfMessage {
+            pid: 4242,
             if_id: 7,
             model: "squeezenet".into(),
             body: Publication::Telemetry {
@@ -617,6 +650,7 @@ mod tests {
         assert_eq!(telemetry.slo_attainment, Some(28.0 / 51.0));
 
         let report = IfMessage {
+            pid: 4242,
             if_id: 7,
             model: "squeezenet".into(),
             body: Publication::Provisioning {
@@ -636,6 +670,7 @@ mod tests {
     fn a_renamed_or_missing_field_is_an_error_not_a_zero() {
         let t = busy_telemetry();
         let good = serde_json::to_value(IfMessage {
+            pid: 4242,
             if_id: 1,
             model: "m".into(),
             body: Publication::Telemetry {

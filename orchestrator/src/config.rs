@@ -8,6 +8,7 @@
 //! EAL arguments has a default; `configs/platform.toml` is the commented
 //! example.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -57,7 +58,19 @@ pub struct Platform {
     pub capacity: usize,
     /// Reassembly timeout of the IFs, ms.
     pub reassembly_timeout_ms: u64,
+    /// Serve Prometheus metrics over HTTP (`GET /metrics`).
+    pub metrics: bool,
+    /// Where to serve them.
+    pub metrics_listen: SocketAddr,
+    /// Let the metrics endpoint bind beyond loopback.
+    pub allow_remote_metrics: bool,
 }
+
+/// The metrics endpoint's default address: loopback, port 9464 (the port
+/// the OpenTelemetry Prometheus exporter uses by default; free on a
+/// kneepoint host otherwise).
+pub const DEFAULT_METRICS_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9464);
 
 impl Default for Platform {
     fn default() -> Self {
@@ -74,6 +87,9 @@ impl Default for Platform {
             min_step_pct: 5.0,
             capacity: 64,
             reassembly_timeout_ms: 100,
+            metrics: true,
+            metrics_listen: DEFAULT_METRICS_LISTEN,
+            allow_remote_metrics: false,
         }
     }
 }
@@ -225,5 +241,23 @@ mod tests {
         )
         .unwrap();
         assert!(twice.validate().unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn metrics_default_to_loopback_and_take_an_address_or_off() {
+        let cfg: PlatformConfig = toml::from_str("[if_manager]\neal = [\"x\"]\n").unwrap();
+        assert!(cfg.platform.metrics);
+        assert_eq!(cfg.platform.metrics_listen.to_string(), "127.0.0.1:9464");
+        let cfg: PlatformConfig = toml::from_str(
+            "[platform]\nmetrics = false\nmetrics_listen = \"127.0.0.1:9100\"\n[if_manager]\neal = [\"x\"]\n",
+        )
+        .unwrap();
+        assert!(!cfg.platform.metrics);
+        assert_eq!(cfg.platform.metrics_listen.port(), 9100);
+        let bad = toml::from_str::<PlatformConfig>(
+            "[platform]\nmetrics_listen = \"localhost\"\n[if_manager]\neal = [\"x\"]\n",
+        )
+        .unwrap_err();
+        assert!(bad.to_string().contains("metrics_listen"), "{bad}");
     }
 }

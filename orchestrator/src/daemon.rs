@@ -56,6 +56,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kp_schema::batching::{BatchStats, ProvisioningReport};
@@ -75,6 +76,8 @@ use crate::lifecycle::{
     Action, Busy, Event, Exit, IfView, KillReason, Lifecycle, LifecycleError, ProcId, Spec,
     SHUTDOWN_GRACE, START_TIMEOUT,
 };
+use crate::metrics::http::MetricsEndpoint;
+use crate::metrics::{PlatformMetrics, PlatformView};
 use crate::process::{if_request, log_line, request, Proc, ReadyPipe};
 use crate::topology::{NicHint, Topology};
 use crate::tuning::{Observation, ShareTuner, TuningConfig};
@@ -82,6 +85,11 @@ use crate::tuning::{Observation, ShareTuner, TuningConfig};
 /// How long an IF's control socket may take to answer (a starved machine
 /// can take seconds to schedule a parked process).
 const IF_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the daemon hands its own numbers (shares, SLOs, switchovers,
+/// states) to the metrics: a scrape sees them at most this old, and
+/// Prometheus scrapes every few seconds.
+const METRICS_VIEW_EVERY: Duration = Duration::from_millis(250);
 
 /// One `kp-if` process.
 #[derive(Debug)]
@@ -143,6 +151,11 @@ pub struct Daemon {
     telemetry_rejected: u64,
     /// The machine as hwloc sees it, for status.
     topology: Value,
+    /// What the metrics endpoint serves, shared with its thread.
+    metrics: Arc<Mutex<PlatformMetrics>>,
+    last_metrics_view: Instant,
+    /// The endpoint (`None`: `platform.metrics = false`).
+    metrics_endpoint: Option<MetricsEndpoint>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -202,8 +215,26 @@ impl Daemon {
         telemetry.set_subscribe(b"")?;
         telemetry.set_rcvtimeo(0)?;
         let kp_if = cfg.platform.bin_dir.join("kp-if");
+        let ifm_control = format!("ipc://{}", runtime_dir.join("if-manager.sock").display());
+        // Before any process starts: a taken port fails the start cleanly.
+        let metrics = Arc::new(Mutex::new(PlatformMetrics::default()));
+        let metrics_endpoint = if cfg.platform.metrics {
+            let e = MetricsEndpoint::start(
+                cfg.platform.metrics_listen,
+                cfg.platform.allow_remote_metrics,
+                metrics.clone(),
+                ifm_control.clone(),
+            )?;
+            tracing::info!(
+                "orchestrator: Prometheus metrics on http://{}/metrics",
+                e.addr()
+            );
+            Some(e)
+        } else {
+            None
+        };
         let mut d = Daemon {
-            ifm_control: format!("ipc://{}", runtime_dir.join("if-manager.sock").display()),
+            ifm_control,
             runtime_dir,
             ifm: None,
             state: DesiredState::new(kp_if),
@@ -223,6 +254,9 @@ impl Daemon {
             last_tuning: Instant::now(),
             telemetry_rejected: 0,
             topology: topology_summary,
+            metrics,
+            last_metrics_view: Instant::now(),
+            metrics_endpoint,
             cfg,
         };
         d.decisions = std::fs::OpenOptions::new()
@@ -293,6 +327,10 @@ impl Daemon {
     fn step(&mut self) {
         self.read_telemetry();
         self.observe();
+        if self.last_metrics_view.elapsed() >= METRICS_VIEW_EVERY {
+            self.last_metrics_view = Instant::now();
+            self.update_metrics_view();
+        }
         if self.cfg.platform.tuning
             && !self.state.is_shutting_down()
             && self.last_tuning.elapsed()
@@ -370,10 +408,16 @@ impl Daemon {
             }
         }
         exits.sort_by_key(|(id, _)| self.lifecycle.is_active(*id));
+        if !exits.is_empty() {
+            // What they published last (their final numbers) before they
+            // are forgotten.
+            self.read_telemetry();
+        }
         for (proc, exit) in exits {
             // Exited: its lcore id may go back now.
             if let Some(p) = self.procs.remove(&proc) {
                 let _ = self.telemetry.disconnect(&p.telemetry);
+                self.metrics_lock().process_exited(p.proc.pid());
             }
             self.feed(Event::Exited { proc, exit });
         }
@@ -492,6 +536,7 @@ impl Daemon {
                 if let Some(t) = self.telemetry_of.get_mut(&if_id) {
                     t.metrics = None;
                 }
+                self.metrics_lock().new_active(if_id);
                 None
             }
             Action::Unregister { if_id } => {
@@ -710,6 +755,18 @@ impl Daemon {
             let Some(rt) = self.telemetry_of.get_mut(&msg.if_id) else {
                 continue;
             };
+            let taken = self
+                .metrics
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .on_message(&msg);
+            if let Err(e) = taken {
+                self.telemetry_rejected += 1;
+                if self.telemetry_rejected == 1 {
+                    tracing::warn!("orchestrator: telemetry message rejected: {e}");
+                }
+                continue;
+            }
             match msg.body {
                 Publication::Telemetry {
                     mode,
@@ -752,6 +809,12 @@ impl Daemon {
             let report = rt.report.take();
             match rt.tuner.observe(now, &obs, report.as_ref()) {
                 Ok(decision) => {
+                    let reason = serde_json::to_value(decision.reason)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    self.metrics_lock()
+                        .on_tuning_decision(*id, &reason, decision.changed());
                     let line = decision.to_json_line();
                     if decision.changed() {
                         tracing::info!("orchestrator: tuning: {line}");
@@ -849,6 +912,51 @@ impl Daemon {
         report
     }
 
+    fn metrics_lock(&self) -> std::sync::MutexGuard<'_, PlatformMetrics> {
+        self.metrics.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Hands the metrics what the daemon knows: each IF's desired state and
+    /// life cycle, the platform's restarts and the if-manager's pid.
+    fn update_metrics_view(&self) {
+        let ifs = self
+            .state
+            .ifs()
+            .filter_map(|d| {
+                let life = self.lifecycle.view(d.if_id)?;
+                let state = if_state(&life);
+                Some(crate::metrics::IfView {
+                    if_id: d.if_id,
+                    model: d.model.clone(),
+                    state: serde_json::to_value(state)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default(),
+                    share_pct: d.share_pct,
+                    pinned: d.pinned,
+                    cores: self
+                        .lifecycle
+                        .active_spec(d.if_id)
+                        .map_or(0, |s| s.cores.len()),
+                    slo_ms: d.slo_ms,
+                    switchover_gaps_ns: life.gaps_ns.to_vec(),
+                    failovers: life.failovers,
+                })
+            })
+            .collect();
+        let platform = PlatformView {
+            platform_restarts: self.lifecycle.platform_restarts(),
+            telemetry_rejected: self.telemetry_rejected,
+            device: if self.gpu { "gpu" } else { "cpu" },
+            if_manager_pid: self
+                .ifm
+                .as_ref()
+                .filter(|p| !p.exit_told)
+                .map(|p| p.proc.pid()),
+        };
+        self.metrics_lock().set_views(ifs, platform);
+    }
+
     fn save_state(&self) {
         let mut pids: Vec<u32> = self.ifm.iter().map(|p| p.proc.pid()).collect();
         pids.extend(self.procs.values().map(|p| p.proc.pid()));
@@ -857,6 +965,8 @@ impl Daemon {
     }
 
     fn finish(mut self) -> Value {
+        // The endpoint stops first: the if-manager it asks is going.
+        self.metrics_endpoint.take();
         let ifm_report = self.ifm.take().and_then(|mut ifm| {
             ifm.proc.terminate();
             ifm.proc.wait_or_kill(Duration::from_secs(10));
@@ -952,6 +1062,17 @@ impl Handler for Daemon {
     }
 }
 
+/// Where an IF is in its life, as status and the metrics say it.
+fn if_state(life: &IfView<'_>) -> IfState {
+    match life.busy {
+        Some(Busy::Starting) => IfState::Starting,
+        Some(Busy::Switching) => IfState::Switching,
+        Some(Busy::Retiring) => IfState::Retiring,
+        None if life.active.is_none() => IfState::Failed,
+        None => IfState::Active,
+    }
+}
+
 /// Fills `row` with what the daemon measured and knows of an IF.
 fn overlay(
     row: &mut StatusRow,
@@ -959,13 +1080,7 @@ fn overlay(
     pid: Option<u32>,
     metrics: Option<&(TelemetrySnapshot, BatchStats)>,
 ) {
-    row.state = match life.busy {
-        Some(Busy::Starting) => IfState::Starting,
-        Some(Busy::Switching) => IfState::Switching,
-        Some(Busy::Retiring) => IfState::Retiring,
-        None if life.active.is_none() => IfState::Failed,
-        None => IfState::Active,
-    };
+    row.state = if_state(life);
     row.pid = pid;
     row.switchovers = life.gaps_ns.len() as u64;
     row.last_switchover_gap_us = life.gaps_ns.last().map(|g| g / 1000);

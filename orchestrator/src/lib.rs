@@ -21,6 +21,8 @@
 //! - [`lcores`]: EAL lcore ids for IF processes, from a free set (never
 //!   one a live process holds);
 //! - [`process`]: child processes and requests to their control sockets;
+//! - [`metrics`]: the Prometheus endpoint: the IFs' telemetry, the
+//!   if-manager's counters and the daemon's own numbers as series;
 //! - [`daemon`]: the loop that drives the processes towards the desired
 //!   state: it carries out [`lifecycle`]'s actions, reads telemetry and
 //!   tunes.
@@ -36,6 +38,7 @@ pub mod daemon;
 pub mod gpu;
 pub mod lcores;
 pub mod lifecycle;
+pub mod metrics;
 pub mod process;
 pub mod topology;
 pub mod tuning;

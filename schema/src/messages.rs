@@ -21,6 +21,7 @@
 //! A message that does not parse is an error the receiver reports and
 //! counts, never a default read in its place.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
 
@@ -136,6 +137,86 @@ impl IfManagerCommand {
             bytes,
             "register, unregister, ready, goodbye, routes, stats, shutdown",
         )
+    }
+}
+
+/// The if-manager's packet counters since it started: the `stats` of its
+/// reply to [`IfManagerCommand::Stats`] (which also lists its routes, not
+/// read here). Every outcome and reason is present, zeros included.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IfManagerCounters {
+    /// Frames taken off the RX queue.
+    pub rx_packets: u64,
+    /// Frames by outcome (`delivered`, `unknown_if_answered`, `shed`,
+    /// `ring_full`, `not_for_us`, `malformed`, ...).
+    pub outcomes: BTreeMap<String, u64>,
+    /// `not_for_us` frames by reason.
+    pub not_for_us: BTreeMap<String, u64>,
+    /// `malformed` frames by reason.
+    pub malformed: BTreeMap<String, u64>,
+    /// The transmit side.
+    pub tx: TxCounters,
+    /// Answered-request entries evicted before their time-to-live ran out.
+    pub answered_evictions: u64,
+    /// Shed notices freed without reaching their IF.
+    pub notices_dropped: u64,
+}
+
+/// The if-manager's transmit counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TxCounters {
+    /// Frames handed to the NIC.
+    pub sent: u64,
+    /// Frames the NIC refused after all retries (freed).
+    pub dropped: u64,
+    /// Responses dequeued from the IFs' TX ring.
+    pub from_ifs: u64,
+}
+
+impl IfManagerCounters {
+    /// `self - earlier`, or `None` if any counter went down (then `self` is
+    /// another process's).
+    pub fn increase_over(&self, earlier: &IfManagerCounters) -> Option<IfManagerCounters> {
+        let d = |now: u64, then: u64| now.checked_sub(then);
+        let map = |now: &BTreeMap<String, u64>, then: &BTreeMap<String, u64>| {
+            if then.keys().any(|k| !now.contains_key(k)) {
+                return None;
+            }
+            now.iter()
+                .map(|(k, v)| Some((k.clone(), d(*v, then.get(k).copied().unwrap_or(0))?)))
+                .collect::<Option<BTreeMap<String, u64>>>()
+        };
+        Some(IfManagerCounters {
+            rx_packets: d(self.rx_packets, earlier.rx_packets)?,
+            outcomes: map(&self.outcomes, &earlier.outcomes)?,
+            not_for_us: map(&self.not_for_us, &earlier.not_for_us)?,
+            malformed: map(&self.malformed, &earlier.malformed)?,
+            tx: TxCounters {
+                sent: d(self.tx.sent, earlier.tx.sent)?,
+                dropped: d(self.tx.dropped, earlier.tx.dropped)?,
+                from_ifs: d(self.tx.from_ifs, earlier.tx.from_ifs)?,
+            },
+            answered_evictions: d(self.answered_evictions, earlier.answered_evictions)?,
+            notices_dropped: d(self.notices_dropped, earlier.notices_dropped)?,
+        })
+    }
+
+    /// Adds `other` to these counters.
+    pub fn add(&mut self, other: &IfManagerCounters) {
+        let add = |into: &mut BTreeMap<String, u64>, from: &BTreeMap<String, u64>| {
+            for (k, v) in from {
+                *into.entry(k.clone()).or_default() += v;
+            }
+        };
+        self.rx_packets += other.rx_packets;
+        add(&mut self.outcomes, &other.outcomes);
+        add(&mut self.not_for_us, &other.not_for_us);
+        add(&mut self.malformed, &other.malformed);
+        self.tx.sent += other.tx.sent;
+        self.tx.dropped += other.tx.dropped;
+        self.tx.from_ifs += other.tx.from_ifs;
+        self.answered_evictions += other.answered_evictions;
+        self.notices_dropped += other.notices_dropped;
     }
 }
 

@@ -12,6 +12,46 @@ use serde::{Deserialize, Serialize};
 
 use crate::batching::{BatchStats, ProvisioningReport};
 
+/// Upper bounds of the latency histogram's buckets, microseconds (a
+/// request's latency `l` is counted in the first bucket with `l <= bound`,
+/// or in the overflow bucket past the last). Chosen for millisecond SLOs:
+/// the models' SLOs are 10 to 200 ms and their batches take 1 to 100 ms, so
+/// the buckets are dense from 0.5 to 100 ms (a bucket at every usual SLO:
+/// 5, 10, 15, 20, 30, 50, 75, 100 ms) and sparse beyond. They are what the
+/// orchestrator exposes as the Prometheus histogram's `le` buckets, so a
+/// change here is a change of every dashboard's buckets.
+pub const LATENCY_BOUNDS_US: [u64; 19] = [
+    250, 500, 1_000, 2_000, 3_000, 5_000, 7_500, 10_000, 15_000, 20_000, 30_000, 50_000, 75_000,
+    100_000, 150_000, 250_000, 500_000, 1_000_000, 2_500_000,
+];
+
+/// The latency of OK answers as bucket counts: what a Prometheus histogram
+/// is made of, cumulative since the IF started (never reset).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LatencyHistogram {
+    /// The buckets' upper bounds, µs ([`LATENCY_BOUNDS_US`]): sent so that
+    /// a reader built with other bounds refuses the numbers rather than
+    /// mislabel them.
+    pub bounds_us: Vec<u64>,
+    /// Answers per bucket (not cumulative): one count per bound, then the
+    /// overflow bucket (`bounds_us.len() + 1` counts).
+    pub counts: Vec<u64>,
+    /// The sum of the latencies counted, µs.
+    pub sum_us: u64,
+}
+
+impl LatencyHistogram {
+    /// The index in [`LatencyHistogram::counts`] of a latency of `us`.
+    pub fn bucket_of(us: u64) -> usize {
+        LATENCY_BOUNDS_US.partition_point(|b| *b < us)
+    }
+
+    /// Answers counted (the sum of the counts).
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+}
+
 /// Latency of answered requests, microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
@@ -41,8 +81,12 @@ pub struct TelemetrySnapshot {
     pub answers: BTreeMap<String, u64>,
     /// All answers.
     pub answers_total: u64,
+    /// Answers OK within the SLO (none without an SLO).
+    pub answers_within_slo: u64,
     /// Batches run.
     pub batches: u64,
+    /// Requests in those batches.
+    pub batched_requests: u64,
     /// Requests per batch, on average (0 before the first batch).
     pub mean_batch_size: f64,
     /// Arrivals per second over the last rate window.
@@ -55,6 +99,8 @@ pub struct TelemetrySnapshot {
     pub busy_seconds: f64,
     /// Latency of the answers.
     pub latency_us: LatencySummary,
+    /// The same latencies as histogram buckets (OK answers).
+    pub latency_histogram: LatencyHistogram,
     /// Exponentially weighted mean batch execution time, microseconds.
     pub ewma_exec_us: f64,
     /// Answers OK within the SLO, of all answers (errors miss it); `None`
@@ -68,6 +114,10 @@ pub struct TelemetrySnapshot {
 /// message: who it is, and a [`Publication`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct IfMessage {
+    /// The publishing process: an IF's counters are its process's, from its
+    /// start, so a reader that adds several processes' numbers (an active,
+    /// its successor after a switchover) tells them apart by this.
+    pub pid: u32,
     /// The IF's id.
     pub if_id: u16,
     /// Its model's name.
@@ -99,4 +149,25 @@ pub enum Publication {
         /// What it found.
         report: ProvisioningReport,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_latency_lands_in_the_first_bucket_whose_bound_it_does_not_exceed() {
+        assert_eq!(LatencyHistogram::bucket_of(0), 0);
+        assert_eq!(LatencyHistogram::bucket_of(250), 0);
+        assert_eq!(LatencyHistogram::bucket_of(251), 1);
+        assert_eq!(LatencyHistogram::bucket_of(20_000), 9);
+        assert_eq!(LATENCY_BOUNDS_US[9], 20_000);
+        assert_eq!(LatencyHistogram::bucket_of(2_500_000), 18);
+        assert_eq!(
+            LatencyHistogram::bucket_of(2_500_001),
+            LATENCY_BOUNDS_US.len(),
+            "the overflow bucket"
+        );
+        assert!(LATENCY_BOUNDS_US.windows(2).all(|w| w[0] < w[1]));
+    }
 }

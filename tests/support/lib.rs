@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::Value;
 
+pub mod orchestrator;
 pub mod platform;
 
 /// The directory holding the workspace's binaries for this build profile

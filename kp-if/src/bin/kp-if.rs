@@ -420,6 +420,7 @@ fn attach_and_serve(
     let publish = |body: &Publication| {
         if let Some((_, sock)) = &publisher {
             let msg = IfMessage {
+                pid: std::process::id(),
                 if_id,
                 model: name.clone(),
                 body: body.clone(),

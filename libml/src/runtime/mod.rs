@@ -205,6 +205,14 @@ pub fn serve(
                         batching: BatchStats::from_words(&latest.load()),
                     });
                 }
+                // The last numbers, every answer counted: what a reader
+                // adding up processes' counters (the orchestrator's
+                // Prometheus counters) needs of one that leaves.
+                publish(&Publication::Telemetry {
+                    mode: mode.get().name().to_string(),
+                    telemetry: telemetry.snapshot(now_ns()),
+                    batching: BatchStats::from_words(&latest.load()),
+                });
             });
         }
         let inference = s.spawn(|| {
