@@ -15,13 +15,15 @@
 //! Per request it reports p50/p90 (µs) of:
 //! - `fragment`: cutting the input and writing the 32-byte headers into
 //!   one reused buffer, no syscalls (`frag::Fragmenter`, done here alone);
-//! - `submit`: `Client::submit` (the book entry, the fragmenting and every
-//!   send syscall), t1 - t0 around it;
-//! - `handoff`: (t2 - t0) - rtt, t2 after `Client::wait` returns; the
+//! - `prepare`: `Client::prepare` (a request id, the fragmenting into one
+//!   of the client's reused datagram buffers), tp - t0;
+//! - `submit`: `prepare` + `Client::send` (the book entry and every send
+//!   syscall), what `Client::submit` does, t1 - t0;
+//! - `handoff`: (t2 - tp) - rtt, t2 after `Client::wait` returns; the
 //!   answer's `rtt` runs from just before the first fragment is sent to
 //!   the answer's arrival at the client's receiver, so this is the time
 //!   from the answer being in the client's hands to the caller having it
-//!   (matching, waking the waiter), plus the little before the first send;
+//!   (matching, waking the waiter), plus the book entry before the send;
 //! - `rtt`, and the closed-loop rate of C threads each doing submit + wait
 //!   on one shared `Client`.
 //!
@@ -37,8 +39,9 @@ use kneepoint_client::frag::Fragmenter;
 use kneepoint_client::Config;
 use kp_wire::{Fragment, IfId, MsgType, ResponseRepr, Status, HEADER_LEN};
 
-/// One thread's submit, hand-off and rtt samples (µs), and its failures.
-type Samples = (Vec<f64>, Vec<f64>, Vec<f64>, usize);
+/// One thread's prepare, submit, hand-off and rtt samples (µs), and its
+/// failures.
+type Samples = (Vec<f64>, Vec<f64>, Vec<f64>, Vec<f64>, usize);
 
 struct Args {
     requests: usize,
@@ -171,23 +174,27 @@ fn main() -> ExitCode {
             .map(|_| {
                 let (client, input) = (&client, &input);
                 s.spawn(move || {
-                    let (mut submit, mut handoff, mut rtt, mut failed) =
-                        (Vec::new(), Vec::new(), Vec::new(), 0);
+                    let (mut prepare, mut submit, mut handoff, mut rtt, mut failed) =
+                        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), 0);
                     for _ in 0..per_thread {
+                        // submit() is prepare() + send(); timed apart.
                         let t0 = Instant::now();
-                        let id = client.submit(1, input).expect("submit");
+                        let p = client.prepare(1, input).expect("prepare");
+                        let tp = Instant::now();
+                        let id = client.send(p).expect("send");
                         let t1 = Instant::now();
                         match client.wait(id) {
                             Ok(ans) => {
                                 let t2 = Instant::now();
+                                prepare.push(us(tp - t0));
                                 submit.push(us(t1 - t0));
-                                handoff.push(us((t2 - t0).saturating_sub(ans.rtt)));
+                                handoff.push(us((t2 - tp).saturating_sub(ans.rtt)));
                                 rtt.push(us(ans.rtt));
                             }
                             Err(_) => failed += 1,
                         }
                     }
-                    (submit, handoff, rtt, failed)
+                    (prepare, submit, handoff, rtt, failed)
                 })
             })
             .collect();
@@ -195,9 +202,11 @@ fn main() -> ExitCode {
     });
     let span = started.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (mut submit, mut handoff, mut rtt) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut prepare, mut submit, mut handoff, mut rtt) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut failed = 0;
-    for (s, h, r, f) in runs {
+    for (p, s, h, r, f) in runs {
+        prepare.extend(p);
         submit.extend(s);
         handoff.extend(h);
         rtt.extend(r);
@@ -216,6 +225,7 @@ fn main() -> ExitCode {
     );
     let parts = [
         line("fragment", &mut frag_us),
+        line("prepare", &mut prepare),
         line("submit", &mut submit),
         line("handoff", &mut handoff),
         line("rtt", &mut rtt),
