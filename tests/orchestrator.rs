@@ -11,7 +11,9 @@
 //! condition it needs (traffic through both IFs, a shadow that said it is
 //! ready), and the deadlines only fail a test that hangs.
 
+use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use kneepoint_tests::orchestrator::{
@@ -94,6 +96,46 @@ fn all_answered(net: &NetnsPair, if_id: &str, n: u32) -> Result<Value> {
     )?)
 }
 
+/// `kpctl status` run as `nobody` fails at once with "permission denied"
+/// (the control socket is 0600 in a 0700 folder: docs/SECURITY.md), while
+/// `nobody` can run kpctl itself (a copy in a folder anyone can read, so a
+/// checkout only root can read does not make this pass for the wrong
+/// reason).
+fn another_user_is_refused(endpoint: &str) -> Result<()> {
+    let dir = std::env::temp_dir().join(format!("kp-kpctl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let exe = dir.join("kpctl");
+    std::fs::copy(bin("kpctl"), &exe)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755))?;
+    let as_nobody = |args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", "nobody", "--"])
+            .arg(&exe)
+            .args(args)
+            .output()
+    };
+    let result = (|| -> Result<()> {
+        let help = as_nobody(&["--help"])?;
+        ensure!(help.status.success(), "nobody cannot run kpctl: {help:?}");
+        let t0 = Instant::now();
+        let out = as_nobody(&["--endpoint", endpoint, "--timeout-ms", "20000", "status"])?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        ensure!(
+            !out.status.success() && err.contains("permission denied"),
+            "kpctl as nobody: {:?} {err}",
+            out.status
+        );
+        ensure!(
+            t0.elapsed() < Duration::from_secs(10),
+            "refused only after the timeout"
+        );
+        Ok(())
+    })();
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
 #[test]
 fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> {
     let p = repo_root().join("models/squeezenet/config.toml");
@@ -109,6 +151,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
     let mut first = Orchestrator::start(&config, &runtime)?;
     let result = (|| -> Result<Vec<u32>> {
         let s = wait_for(&endpoint, "if 1 active", |s| all_active(s, 1))?;
+        another_user_is_refused(&endpoint)?;
         // The if-manager dies: the platform comes back by itself.
         let ifm = s["platform"]["if_manager_pid"]
             .as_u64()

@@ -26,6 +26,21 @@ pub enum ClientError {
         /// A likely cause, starting with "; " (or empty).
         hint: String,
     },
+    /// The socket (or a folder above it) is another user's: the control
+    /// socket is 0600 in a 0700 folder, for the user who runs the
+    /// orchestrator and root only (docs/SECURITY.md).
+    #[error(
+        "{endpoint}: permission denied: the control socket {} or a folder above it \
+         belongs to another user; only the user who runs the orchestrator (or root) may \
+         use it",
+        path.display()
+    )]
+    PermissionDenied {
+        /// The endpoint.
+        endpoint: String,
+        /// The socket's path.
+        path: std::path::PathBuf,
+    },
     /// ZeroMQ refused (e.g. a malformed endpoint).
     #[error("{endpoint}: {what}: {source}")]
     Zmq {
@@ -102,6 +117,7 @@ impl ControlClient {
                 source,
             }
         };
+        self.check_access()?;
         let ms = i32::try_from(self.timeout.as_millis()).unwrap_or(i32::MAX);
         let socket = self.ctx.socket(zmq::REQ).map_err(zmq_err("socket"))?;
         socket.set_linger(0).map_err(zmq_err("set linger"))?;
@@ -121,6 +137,28 @@ impl ControlClient {
             Ok(bytes) => Ok(bytes),
             Err(zmq::Error::EAGAIN) => Err(self.no_reply()),
             Err(e) => Err(zmq_err("receive")(e)),
+        }
+    }
+
+    /// For an `ipc://` endpoint, whether this user may connect at all:
+    /// ZeroMQ would retry a refused connection silently until the timeout,
+    /// so a socket we may not use is told at once. The probe is a plain
+    /// Unix connect, closed at once (the server drops it, as it drops any
+    /// peer that never completes a handshake). Anything but "permission
+    /// denied" is left to ZeroMQ (an absent socket gets its hint on
+    /// timeout).
+    fn check_access(&self) -> Result<(), ClientError> {
+        let Some(path) = ipc_path(&self.endpoint) else {
+            return Ok(());
+        };
+        match std::os::unix::net::UnixStream::connect(path) {
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                Err(ClientError::PermissionDenied {
+                    endpoint: self.endpoint.clone(),
+                    path: path.to_path_buf(),
+                })
+            }
+            _ => Ok(()),
         }
     }
 
