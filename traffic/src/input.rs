@@ -4,10 +4,14 @@
 //! models kneepoint serves that is `height × width × channels` u8 in HWC
 //! order (224×224×3 RGB by default, 150528 bytes). Three sources:
 //!
-//! - **images** (PNG or JPEG files, or folders of them): decoded, resized
-//!   exactly to the shape (triangle filter, aspect ratio not kept: the
-//!   platform does no preprocessing, so the client must send the model's
-//!   size) and converted to 1 (luma), 3 (RGB) or 4 (RGBA) channels;
+//! - **images** (PNG or JPEG files, or folders of them): decoded and made
+//!   the shape's size (the platform does no preprocessing, so the client
+//!   must send the model's size). RGB (3 channels) goes through the client
+//!   library's `image::preprocess`: the shorter side resized, then a centre
+//!   crop, bit for bit the model repository's preprocessing and the same
+//!   as `kp-client --image` and the Python package. 1 (luma) or 4 (RGBA)
+//!   channels, which no model of the repository takes, are resized exactly
+//!   to the shape (triangle filter, aspect ratio not kept);
 //! - **raw** tensor files: sent byte for byte; the file's length must equal
 //!   the shape's size;
 //! - **synthetic** images from a seed: smooth gradients, a few filled
@@ -333,12 +337,17 @@ pub fn decode_image(path: &Path, shape: InputShape) -> Result<Vec<u8>, InputErro
     image_to_tensor(&img, shape)
 }
 
-/// Resizes an image exactly to `shape` and lays it out HWC u8.
+/// An image as a `shape` tensor, HWC u8: for 3 channels the client
+/// library's preprocessing (shorter side resized, centre crop), else an
+/// exact resize (see the module docs).
 pub fn image_to_tensor(
     img: &image::DynamicImage,
     shape: InputShape,
 ) -> Result<Vec<u8>, InputError> {
     let (w, h) = (shape.width as u32, shape.height as u32);
+    if shape.channels == 3 {
+        return Ok(kneepoint_client::image::preprocess(img, h, w));
+    }
     let resized = if img.width() == w && img.height() == h {
         img.clone()
     } else {
@@ -490,6 +499,17 @@ mod tests {
                 .chunks(3)
                 .all(|p| p[1].abs_diff(100) < 12 && p[2].abs_diff(200) < 12));
         }
+        // RGB: exactly the client library's (and the model repository's)
+        // preprocessing, as kp-client --image and Python send.
+        assert_eq!(
+            decode_image(&dir.join("b.png"), SMALL).unwrap(),
+            kneepoint_client::image::from_path(
+                dir.join("b.png"),
+                SMALL.height as u32,
+                SMALL.width as u32
+            )
+            .unwrap()
+        );
         let grey = InputShape {
             channels: 1,
             ..SMALL
