@@ -13,8 +13,9 @@
 //! Two environment variables serve `bench/plot_prometheus.py` (a plot of a
 //! real run, docs/METRICS.md): `KP_PROMETHEUS_KEEP=DIR` keeps Prometheus's
 //! directory (config, `tsdb/`, log) in `DIR` instead of removing it, and
-//! `KP_PROMETHEUS_REQUESTS=N` sends `N` requests instead of [`REQUESTS`]
-//! (the checks are the same).
+//! `KP_PROMETHEUS_REQUESTS=N` sends `N` requests instead of [`REQUESTS`],
+//! `KP_PROMETHEUS_CONCURRENCY=C` keeps `C` in flight instead of
+//! [`CONCURRENCY`] (the checks are the same).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -30,13 +31,16 @@ use serde_json::Value;
 /// for a 2-core machine to serve in seconds.
 const REQUESTS: u32 = 60;
 
-/// Requests to send: [`REQUESTS`], or `KP_PROMETHEUS_REQUESTS`.
-fn requests() -> Result<u32> {
-    match std::env::var("KP_PROMETHEUS_REQUESTS") {
+/// Requests kp-client keeps in flight.
+const CONCURRENCY: u32 = 2;
+
+/// The number in environment variable `var`, or `default`.
+fn env_number(var: &str, default: u32) -> Result<u32> {
+    match std::env::var(var) {
         Ok(n) => n
             .parse()
-            .with_context(|| format!("KP_PROMETHEUS_REQUESTS={n} is not a number")),
-        Err(_) => Ok(REQUESTS),
+            .with_context(|| format!("{var}={n} is not a number")),
+        Err(_) => Ok(default),
     }
 }
 
@@ -223,7 +227,12 @@ fn unix_now() -> f64 {
 
 #[test]
 fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
-    let requests = requests()?;
+    let requests = env_number("KP_PROMETHEUS_REQUESTS", REQUESTS)?;
+    let concurrency = env_number("KP_PROMETHEUS_CONCURRENCY", CONCURRENCY)?;
+    ensure!(
+        (1..=32).contains(&concurrency),
+        "concurrency {concurrency}: 1 to 32 (the IF's largest batch)"
+    );
     let model = repo_root().join("models/squeezenet/config.toml");
     ensure!(
         model.exists(),
@@ -253,7 +262,8 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
         .arg(bin("kp-client"))
         .arg("--dst")
         .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args(["--if-id", "1", "--concurrency", "2", "--timeout", "5s"])
+        .args(["--if-id", "1", "--timeout", "5s"])
+        .args(["--concurrency", &concurrency.to_string()])
         .args(["--input", "synthetic", "--requests", &requests.to_string()])
         .args(["--json", "--expect-all-answered"])
         .output()?;
@@ -372,8 +382,11 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
     // Batch sizes: the histogram counts every batch, and its sum is every
     // request batched; each batched request was answered OK or INTERNAL (a
     // failed batch), and nothing else answers those here (no fail-over).
-    // kp-client keeps 2 requests in flight, so no batch is larger than 2.
+    // kp-client keeps `concurrency` requests in flight, so no batch is
+    // larger: all are in the bucket of the first bound (a power of two, up
+    // to the IF's largest batch, 32) at or above it.
     let active = r#"if_id="1",model="squeezenet",role="active""#;
+    let bound = concurrency.next_power_of_two();
     let batches = prom.value(&format!("kneepoint_if_batches_total{{{active}}}"))?;
     assert!(batches >= 1.0, "{batches} batches");
     assert_eq!(
@@ -394,10 +407,10 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
     );
     assert_eq!(
         prom.value(&format!(
-            r#"kneepoint_if_batch_size_bucket{{{active},le=~"2(\\.0)?"}}"#
+            r#"kneepoint_if_batch_size_bucket{{{active},le=~"{bound}(\\.0)?"}}"#
         ))?,
         batches,
-        "batches of at most 2 requests"
+        "batches of at most {concurrency} requests"
     );
     assert_eq!(
         prom.value(&format!(
