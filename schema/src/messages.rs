@@ -178,8 +178,8 @@ pub struct PortCounters {
     pub ibytes: u64,
     /// Bytes sent.
     pub obytes: u64,
-    /// Frames the NIC (or the kernel under `net_af_packet`) dropped because
-    /// the RX queue was full.
+    /// Frames the NIC dropped because the RX queue was full (0 from a
+    /// driver that does not count them, e.g. DPDK 22.11's `net_af_packet`).
     pub imissed: u64,
     /// Erroneous frames received.
     pub ierrors: u64,
