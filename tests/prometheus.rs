@@ -9,6 +9,13 @@
 //! Prometheus is stopped and its directory removed when the test ends,
 //! failed or not (a guard's `Drop`); the orchestrator takes its platform
 //! with it the same way.
+//!
+//! Two environment variables serve `bench/plot_prometheus.py` (a plot of a
+//! real run, docs/METRICS.md): `KP_PROMETHEUS_KEEP=DIR` keeps Prometheus's
+//! directory (config, `tsdb/`, log) in `DIR` instead of removing it, and
+//! `KP_PROMETHEUS_REQUESTS=N` sends `N` requests instead of [`REQUESTS`],
+//! `KP_PROMETHEUS_CONCURRENCY=C` keeps `C` in flight instead of
+//! [`CONCURRENCY`] (the checks are the same).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -23,6 +30,19 @@ use serde_json::Value;
 /// Requests the client sends: enough for every series to move, few enough
 /// for a 2-core machine to serve in seconds.
 const REQUESTS: u32 = 60;
+
+/// Requests kp-client keeps in flight.
+const CONCURRENCY: u32 = 2;
+
+/// The number in environment variable `var`, or `default`.
+fn env_number(var: &str, default: u32) -> Result<u32> {
+    match std::env::var(var) {
+        Ok(n) => n
+            .parse()
+            .with_context(|| format!("{var}={n} is not a number")),
+        Err(_) => Ok(default),
+    }
+}
 
 /// How long the test waits for Prometheus to be up and for a scrape after
 /// the traffic; only a hung test reaches it.
@@ -147,6 +167,22 @@ impl Drop for Prometheus {
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some(keep) = std::env::var_os("KP_PROMETHEUS_KEEP") {
+            // `cp`, not a rename: the scratch directory may be on another
+            // file system.
+            let copied = Command::new("cp")
+                .arg("-a")
+                .arg(&self.dir)
+                .arg(&keep)
+                .status();
+            if !copied.is_ok_and(|s| s.success()) {
+                eprintln!(
+                    "cannot keep {} in {}",
+                    self.dir.display(),
+                    keep.to_string_lossy()
+                );
+            }
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
@@ -191,6 +227,12 @@ fn unix_now() -> f64 {
 
 #[test]
 fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
+    let requests = env_number("KP_PROMETHEUS_REQUESTS", REQUESTS)?;
+    let concurrency = env_number("KP_PROMETHEUS_CONCURRENCY", CONCURRENCY)?;
+    ensure!(
+        (1..=32).contains(&concurrency),
+        "concurrency {concurrency}: 1 to 32 (the IF's largest batch)"
+    );
     let model = repo_root().join("models/squeezenet/config.toml");
     ensure!(
         model.exists(),
@@ -220,8 +262,9 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
         .arg(bin("kp-client"))
         .arg("--dst")
         .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args(["--if-id", "1", "--concurrency", "2", "--timeout", "5s"])
-        .args(["--input", "synthetic", "--requests", &REQUESTS.to_string()])
+        .args(["--if-id", "1", "--timeout", "5s"])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args(["--input", "synthetic", "--requests", &requests.to_string()])
         .args(["--json", "--expect-all-answered"])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -232,7 +275,10 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
     );
     let client: Value = serde_json::from_str(text.lines().last().context("no report")?)?;
     let ok = client["status"]["ok"].as_u64().context("status.ok")? as f64;
-    ensure!(client["answered"] == REQUESTS, "kp-client: {client}");
+    ensure!(client["answered"] == requests, "kp-client: {client}");
+    let datagrams = client["datagrams_sent"]
+        .as_u64()
+        .context("datagrams_sent")? as f64;
     let traffic_done = unix_now();
 
     // A scrape that took place after the IF published its numbers of the
@@ -268,7 +314,7 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
     );
     assert_eq!(
         prom.value(r#"sum(kneepoint_if_requests_total{if_id="1"})"#)?,
-        f64::from(REQUESTS),
+        f64::from(requests),
         "every answer of every status"
     );
     assert_eq!(
@@ -292,12 +338,85 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
     // is at least one fragment.
     let delivered = prom.value(r#"kneepoint_if_manager_packets_total{outcome="delivered"}"#)?;
     assert!(
-        delivered >= f64::from(REQUESTS),
-        "delivered {delivered} frames for {REQUESTS} requests"
+        delivered >= f64::from(requests),
+        "delivered {delivered} frames for {requests} requests"
     );
     assert_eq!(
         prom.value(r#"kneepoint_if_manager_packets_total{outcome="malformed"}"#)?,
         0.0
+    );
+
+    // The port's own counters. Nothing but kp-client talks on this veth:
+    // netns.sh disables IPv6 on both ends (no router solicitations, no
+    // DAD) and gives the client a permanent neighbour entry (no ARP), and
+    // every request is answered while kp-client's socket is open (no ICMP
+    // port-unreachable comes back). So the port received exactly the
+    // datagrams kp-client sent, and the if-manager took each off its RX
+    // queue. Should a kernel ever add a frame, it shows in the not_for_us
+    // reasons this prints.
+    let reasons = prom.query("kneepoint_if_manager_packet_reasons_total > 0")?;
+    assert_eq!(
+        prom.value("kneepoint_port_receive_packets_total")?,
+        datagrams,
+        "port ipackets against kp-client's datagrams; frames not for us: {reasons:?}"
+    );
+    assert_eq!(
+        prom.value("kneepoint_port_receive_packets_total")?,
+        prom.value("kneepoint_if_manager_rx_packets_total")?,
+        "every frame the port received was taken off the RX queue"
+    );
+    for lost in [
+        "kneepoint_port_receive_missed_total",
+        "kneepoint_port_receive_errors_total",
+        "kneepoint_port_receive_nombuf_total",
+    ] {
+        assert_eq!(prom.value(lost)?, 0.0, "{lost}");
+    }
+    // net_af_packet counts each frame tx_burst took as sent or as an error.
+    assert_eq!(
+        prom.value("kneepoint_port_transmit_packets_total + kneepoint_port_transmit_errors_total")?,
+        prom.value(r#"kneepoint_if_manager_tx_frames_total{result="sent"}"#)?,
+        "frames the port took"
+    );
+
+    // Batch sizes: the histogram counts every batch, and its sum is every
+    // request batched; each batched request was answered OK or INTERNAL (a
+    // failed batch), and nothing else answers those here (no fail-over).
+    // kp-client keeps `concurrency` requests in flight, so no batch is
+    // larger: all are in the bucket of the first bound (a power of two, up
+    // to the IF's largest batch, 32) at or above it.
+    let active = r#"if_id="1",model="squeezenet",role="active""#;
+    let bound = concurrency.next_power_of_two();
+    let batches = prom.value(&format!("kneepoint_if_batches_total{{{active}}}"))?;
+    assert!(batches >= 1.0, "{batches} batches");
+    assert_eq!(
+        prom.value(&format!("kneepoint_if_batch_size_count{{{active}}}"))?,
+        batches
+    );
+    let batched = prom.value(&format!("kneepoint_if_batched_requests_total{{{active}}}"))?;
+    assert_eq!(
+        prom.value(&format!("kneepoint_if_batch_size_sum{{{active}}}"))?,
+        batched
+    );
+    assert_eq!(
+        batched,
+        prom.value(&format!(
+            r#"sum(kneepoint_if_requests_total{{{active},status=~"ok|internal"}})"#
+        ))?,
+        "batched requests against OK and INTERNAL answers"
+    );
+    assert_eq!(
+        prom.value(&format!(
+            r#"kneepoint_if_batch_size_bucket{{{active},le=~"{bound}(\\.0)?"}}"#
+        ))?,
+        batches,
+        "batches of at most {concurrency} requests"
+    );
+    assert_eq!(
+        prom.value(&format!(
+            r#"kneepoint_if_batch_size_bucket{{{active},le="+Inf"}}"#
+        ))?,
+        batches
     );
     Ok(())
 }

@@ -14,7 +14,7 @@
 //! | `ready` | `if_id` | the IF is attached to its ring and can serve; counts towards `--await-ifs` |
 //! | `goodbye` | `if_id` | the IF has sent its last answer and is leaving (it stops counting as live for `--exit-when-idle`) |
 //! | `routes` | | the registered IFs and their counters |
-//! | `stats` | | all counters, as in the final report |
+//! | `stats` | | all counters, as in the final report; the port's (`port`) as the data-plane lcore last read them, at most [`crate::port_stats::PORT_STATS_EVERY`] old |
 //! | `shutdown` | | stops the if-manager as SIGTERM does |
 //!
 //! Parsing ([`Command::parse`]) is separate from acting ([`Registry`]), so

@@ -19,7 +19,9 @@
 //!
 //! The clock is read every [`CLOCK_EVERY`] iterations (and after every
 //! sleep), not per packet; route updates and the stop flag are checked at
-//! the same ticks.
+//! the same ticks, and the port's counters are read and published for the
+//! control thread at the first tick after each [`PORT_STATS_EVERY`]
+//! ([`crate::port_stats`] says why here).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -34,6 +36,7 @@ use kp_wire::{
 use crate::classify::{classify, DstFilter, Verdict};
 use crate::control::Gate;
 use crate::outcome::{bump, Counters, MalformedReason, Outcome};
+use crate::port_stats::PORT_STATS_EVERY;
 use crate::routes::{RouteChange, RouteTable};
 use crate::shed::{shed_headroom, wakes_the_if, Shedder, Staged};
 use kp_wire::answered::{Answer, AnsweredTable};
@@ -113,6 +116,8 @@ impl DataPlane<'_> {
         let mut iter = 0u32;
         let mut tx_stalls = 0u32;
         let mut rx_open = self.gate.rx_open.load(Ordering::Acquire);
+        self.counters.port.publish(&self.port.stats());
+        let mut next_port_stats = start + PORT_STATS_EVERY;
         loop {
             iter = iter.wrapping_add(1);
             if iter.is_multiple_of(CLOCK_EVERY) || self.backoff.is_sleeping() {
@@ -121,6 +126,10 @@ impl DataPlane<'_> {
                 if active_since_tick {
                     last_activity = now;
                     active_since_tick = false;
+                }
+                if now >= next_port_stats {
+                    self.counters.port.publish(&self.port.stats());
+                    next_port_stats = now + PORT_STATS_EVERY;
                 }
                 // Gate first, routes second: an IF registers before it says
                 // ready, so once the gate reads open its route is applied.

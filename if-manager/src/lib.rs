@@ -17,7 +17,9 @@
 //! - a thin driver, [`dataplane`], that runs that core over DPDK through
 //!   the `dpdk` wrapper crate; this crate has no `unsafe` of its own;
 //! - a control socket ([`control`], ZeroMQ REP, JSON) to register and
-//!   unregister IF rings at run time and read the counters.
+//!   unregister IF rings at run time and read the counters, the NIC's
+//!   included ([`port_stats`]: the lcore publishes them, the control
+//!   thread never calls the driver).
 //!
 //! Limits: one port, one RX and one TX queue (one core's worth of packets:
 //! see docs/PERFORMANCE.md); fragments that exceed one mbuf segment are
@@ -31,5 +33,6 @@ pub mod config;
 pub mod control;
 pub mod dataplane;
 pub mod outcome;
+pub mod port_stats;
 pub mod routes;
 pub mod shed;

@@ -13,6 +13,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kp_wire::{FrameErrorKind, MalformedKind};
+
+use crate::port_stats::PortCounterCells;
 use serde_json::{json, Map, Value};
 
 /// The one fate of one received frame.
@@ -187,6 +189,8 @@ pub struct Counters {
     /// Shed notices still waiting for room on their IF's ring when the IF
     /// unregistered or the if-manager stopped; freed.
     pub notices_dropped: AtomicU64,
+    /// The NIC's counters, as the RX lcore last read them.
+    pub port: PortCounterCells,
 }
 
 impl Default for Counters {
@@ -201,6 +205,7 @@ impl Default for Counters {
             tx_from_ifs: AtomicU64::new(0),
             answered_evictions: AtomicU64::new(0),
             notices_dropped: AtomicU64::new(0),
+            port: PortCounterCells::default(),
         }
     }
 }
@@ -278,6 +283,7 @@ impl Counters {
             },
             "answered_evictions": load(&self.answered_evictions),
             "notices_dropped": load(&self.notices_dropped),
+            "port": self.port.to_json(),
         })
     }
 }
@@ -314,6 +320,11 @@ mod tests {
         c.record(Outcome::Delivered);
         c.record_not_for_us(NotForUsReason::WrongPort);
         bump(&c.tx_sent, 3);
+        c.port.publish(&dpdk::PortStats {
+            ipackets: 2,
+            imissed: 1,
+            ..dpdk::PortStats::default()
+        });
         let mut j = c.to_json();
         j["ifs"] = serde_json::json!([]); // the stats reply's routes
         let typed: kp_schema::messages::IfManagerCounters = serde_json::from_value(j).unwrap();
@@ -322,5 +333,6 @@ mod tests {
         assert_eq!(typed.not_for_us["wrong_port"], 1);
         assert_eq!(typed.malformed.len(), MalformedReason::all().count());
         assert_eq!(typed.tx.sent, 3);
+        assert_eq!((typed.port.ipackets, typed.port.imissed), (2, 1));
     }
 }

@@ -1,8 +1,9 @@
 //! What an inference function reports about itself.
 //!
-//! Per IF: arrival rate, throughput, batch sizes, latency (an EWMA for the
-//! control loop, an HDR histogram for percentiles), and a counter per way a
-//! request ended (one per docs/PROTOCOL.md status). The orchestrator reads these
+//! Per IF: arrival rate, throughput, batch sizes (their mean, and a
+//! histogram bucketed by powers of two up to the largest batch), latency
+//! (an EWMA for the control loop, an HDR histogram for percentiles), and a
+//! counter per way a request ended (one per docs/PROTOCOL.md status). The orchestrator reads these
 //! (published as JSON over ZeroMQ); the IF prints them as one JSON object on
 //! exit.
 //!
@@ -34,7 +35,8 @@ use serde_json::Value;
 use kp_wire::Status;
 
 pub use kp_schema::telemetry::{
-    IfMessage, LatencyHistogram, LatencySummary, Publication, TelemetrySnapshot, LATENCY_BOUNDS_US,
+    batch_size_bounds, BatchSizeHistogram, IfMessage, LatencyHistogram, LatencySummary,
+    Publication, TelemetrySnapshot, LATENCY_BOUNDS_US,
 };
 
 /// Weight of the newest sample in the EWMAs. 0.1 follows a change within
@@ -97,10 +99,13 @@ pub struct TelemetryCell {
     /// and the sum of their latencies, µs: the histogram Prometheus gets.
     latency_buckets: [AtomicU64; LATENCY_BOUNDS_US.len() + 1],
     latency_sum_us: AtomicU64,
+    /// Batches per batch-size bucket ([`Telemetry`]'s bounds, then the
+    /// overflow one).
+    batch_buckets: Box<[AtomicU64]>,
 }
 
 impl TelemetryCell {
-    fn new() -> Self {
+    fn new(batch_buckets: usize) -> Self {
         TelemetryCell {
             claimed: AtomicBool::new(false),
             answers: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -115,6 +120,7 @@ impl TelemetryCell {
             latency_us: (0..LATENCY_BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_sum_us: AtomicU64::new(0),
+            batch_buckets: (0..batch_buckets).map(|_| AtomicU64::new(0)).collect(),
         }
     }
 }
@@ -185,6 +191,11 @@ impl TelemetryWriter<'_> {
         self.batches += 1;
         add(&self.cell.batches, 1);
         add(&self.cell.batched_requests, size as u64);
+        let bounds = &self.telemetry.batch_bounds;
+        add(
+            &self.cell.batch_buckets[BatchSizeHistogram::bucket_of(bounds, size as u64)],
+            1,
+        );
         self.ewma_exec_us = ewma(self.ewma_exec_us, exec_us as f64, self.batches == 1);
         self.cell
             .ewma_exec_us
@@ -225,6 +236,8 @@ pub struct Telemetry {
     restart_ok: AtomicU64,
     /// The latency objective (0: none), for the SLO attainment.
     slo_us: u64,
+    /// The batch-size histogram's bucket bounds ([`batch_size_bounds`]).
+    batch_bounds: Box<[u64]>,
     cells: Box<[TelemetryCell]>,
     /// Only the reader (the publisher, the final report) takes it.
     window: Mutex<RateWindow>,
@@ -232,14 +245,18 @@ pub struct Telemetry {
 
 impl Telemetry {
     /// Empty statistics starting at `now_ns`, SLO attainment measured
-    /// against `slo_us` (0: none), recorded by up to `writers` threads.
-    pub fn new(now_ns: u64, slo_us: u64, writers: usize) -> Self {
+    /// against `slo_us` (0: none), batch sizes bucketed up to `max_batch`
+    /// (the engine's largest batch), recorded by up to `writers` threads.
+    pub fn new(now_ns: u64, slo_us: u64, max_batch: usize, writers: usize) -> Self {
+        let batch_bounds: Box<[u64]> = batch_size_bounds(max_batch).into();
+        let buckets = batch_bounds.len() + 1;
         Telemetry {
             started_ns: AtomicU64::new(now_ns),
             restart_arrivals: AtomicU64::new(0),
             restart_ok: AtomicU64::new(0),
             slo_us,
-            cells: (0..writers).map(|_| TelemetryCell::new()).collect(),
+            batch_bounds,
+            cells: (0..writers).map(|_| TelemetryCell::new(buckets)).collect(),
             window: Mutex::new(RateWindow {
                 started_ns: now_ns,
                 start_ns: now_ns,
@@ -425,6 +442,13 @@ impl Telemetry {
                     .collect(),
                 sum_us: self.sum(|c| &c.latency_sum_us),
             },
+            batch_size_histogram: BatchSizeHistogram {
+                bounds: self.batch_bounds.to_vec(),
+                counts: (0..=self.batch_bounds.len())
+                    .map(|i| self.sum(|c| &c.batch_buckets[i]))
+                    .collect(),
+                sum: batched,
+            },
             ewma_exec_us: self.ewma_of(|c| c.batches.load(Ordering::Relaxed), |c| &c.ewma_exec_us),
             slo_attainment: (self.slo_us != 0 && answers_total != 0)
                 .then(|| self.sum(|c| &c.within_slo) as f64 / answers_total as f64),
@@ -453,7 +477,7 @@ mod tests {
 
     #[test]
     fn counts_answers_by_status_and_latency_percentiles() {
-        let t = Telemetry::new(0, 0, 1);
+        let t = Telemetry::new(0, 0, 32, 1);
         let mut w = t.writer(0).unwrap();
         for i in 1..=100u64 {
             w.on_arrival(i * 1_000_000);
@@ -482,11 +506,16 @@ mod tests {
         assert_eq!(h.counts, want);
         assert_eq!(h.sum_us, (1..=100u64).map(|i| i * 100).sum::<u64>());
         assert_eq!(h.count(), 100);
+        // Batches of 4 and 2 under bounds 1, 2, 4, 8, 16, 32.
+        let b = t.snapshot(2_000_000_000).batch_size_histogram;
+        assert_eq!(b.bounds, [1, 2, 4, 8, 16, 32]);
+        assert_eq!(b.counts, [0, 1, 1, 0, 0, 0, 0]);
+        assert_eq!(b.sum, 6);
     }
 
     #[test]
     fn throughput_is_goodput_and_rates_fall_to_zero_without_traffic() {
-        let t = Telemetry::new(0, 1000, 1);
+        let t = Telemetry::new(0, 1000, 32, 1);
         let mut w = t.writer(0).unwrap();
         // One second: 10 arrivals, 5 served in 500 µs, 5 shed.
         for i in 0..10u64 {
@@ -514,7 +543,7 @@ mod tests {
     }
 
     fn busy_telemetry() -> Telemetry {
-        let t = Telemetry::new(0, 20_000, 1);
+        let t = Telemetry::new(0, 20_000, 32, 1);
         {
             let mut w = t.writer(0).unwrap();
             for i in 1..=50u64 {
@@ -548,7 +577,7 @@ mod tests {
 
     #[test]
     fn a_cell_has_one_writer() {
-        let t = Telemetry::new(0, 0, 2);
+        let t = Telemetry::new(0, 0, 32, 2);
         let first = t.writer(0);
         assert!(first.is_some());
         assert!(t.writer(0).is_none(), "a second writer of cell 0");
@@ -560,7 +589,7 @@ mod tests {
     fn cells_written_by_two_threads_merge_exactly() {
         // The fragment thread's errors and arrivals, the inference thread's
         // OK answers and batches, a reader snapshotting all along.
-        let t = Telemetry::new(0, 1_000, 2);
+        let t = Telemetry::new(0, 1_000, 8, 2);
         let n = 20_000u64;
         std::thread::scope(|s| {
             let mut fragments = t.writer(0).unwrap();
@@ -594,6 +623,10 @@ mod tests {
         assert_eq!(snap.answers["incomplete"], n / 4);
         assert_eq!(snap.answers_total, n + n / 4);
         assert_eq!(snap.batches, n / 8);
+        let b = &snap.batch_size_histogram;
+        assert_eq!(b.bounds, [1, 2, 4, 8], "up to the largest batch, 8");
+        assert_eq!(b.counts, [0, 0, 0, n / 8, 0]);
+        assert_eq!((b.count(), b.sum), (snap.batches, snap.batched_requests));
         assert_eq!(snap.latency_us.count, n, "OK answers only");
         assert_eq!(snap.latency_us.max, 2_000);
         assert_eq!(snap.latency_us.p50, 1_000);
@@ -606,7 +639,7 @@ mod tests {
 
     #[test]
     fn a_restarted_clock_starts_run_time_and_rates_again() {
-        let t = Telemetry::new(0, 0, 1);
+        let t = Telemetry::new(0, 0, 32, 1);
         let mut w = t.writer(0).unwrap();
         w.on_answer(Status::Internal, 0, 5_000_000_000);
         w.restart_clock(5_000_000_000);

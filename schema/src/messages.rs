@@ -160,6 +160,61 @@ pub struct IfManagerCounters {
     pub answered_evictions: u64,
     /// Shed notices freed without reaching their IF.
     pub notices_dropped: u64,
+    /// The port's own counters, as the data-plane lcore last read them.
+    pub port: PortCounters,
+}
+
+/// The NIC's counters (DPDK's `struct rte_eth_stats`, totals): what the
+/// driver saw, before the if-manager's classification. The if-manager's
+/// data-plane lcore reads them every 100 ms (and once more as it stops),
+/// so in a `stats` reply they are at most that old.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PortCounters {
+    /// Frames received (handed to the RX queue).
+    pub ipackets: u64,
+    /// Frames sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Frames the NIC dropped because the RX queue was full (0 from a
+    /// driver that does not count them, e.g. DPDK 22.11's `net_af_packet`).
+    pub imissed: u64,
+    /// Erroneous frames received.
+    pub ierrors: u64,
+    /// Failed transmissions.
+    pub oerrors: u64,
+    /// RX mbuf allocation failures (the mempool ran dry).
+    pub rx_nombuf: u64,
+}
+
+impl PortCounters {
+    /// `self - earlier`, or `None` if any counter went down.
+    pub fn increase_over(&self, earlier: &PortCounters) -> Option<PortCounters> {
+        Some(PortCounters {
+            ipackets: self.ipackets.checked_sub(earlier.ipackets)?,
+            opackets: self.opackets.checked_sub(earlier.opackets)?,
+            ibytes: self.ibytes.checked_sub(earlier.ibytes)?,
+            obytes: self.obytes.checked_sub(earlier.obytes)?,
+            imissed: self.imissed.checked_sub(earlier.imissed)?,
+            ierrors: self.ierrors.checked_sub(earlier.ierrors)?,
+            oerrors: self.oerrors.checked_sub(earlier.oerrors)?,
+            rx_nombuf: self.rx_nombuf.checked_sub(earlier.rx_nombuf)?,
+        })
+    }
+
+    /// Adds `other` to these counters.
+    pub fn add(&mut self, other: &PortCounters) {
+        self.ipackets += other.ipackets;
+        self.opackets += other.opackets;
+        self.ibytes += other.ibytes;
+        self.obytes += other.obytes;
+        self.imissed += other.imissed;
+        self.ierrors += other.ierrors;
+        self.oerrors += other.oerrors;
+        self.rx_nombuf += other.rx_nombuf;
+    }
 }
 
 /// The if-manager's transmit counters.
@@ -198,6 +253,7 @@ impl IfManagerCounters {
             },
             answered_evictions: d(self.answered_evictions, earlier.answered_evictions)?,
             notices_dropped: d(self.notices_dropped, earlier.notices_dropped)?,
+            port: self.port.increase_over(&earlier.port)?,
         })
     }
 
@@ -217,6 +273,7 @@ impl IfManagerCounters {
         self.tx.from_ifs += other.tx.from_ifs;
         self.answered_evictions += other.answered_evictions;
         self.notices_dropped += other.notices_dropped;
+        self.port.add(&other.port);
     }
 }
 

@@ -52,6 +52,58 @@ impl LatencyHistogram {
     }
 }
 
+/// Upper bounds of the batch-size histogram's buckets for an IF whose
+/// engine runs batches of up to `max_batch` requests: the powers of two
+/// below `max_batch`, then `max_batch` itself (1, 2, 4, 8, 16, 32 for the
+/// default 32; 1, 2, 4, 8, 16, 24 for 24). Powers of two because a batching
+/// policy's sizes spread over orders of magnitude, and the last bucket is
+/// the full batch, which a saturated IF runs all the time.
+pub fn batch_size_bounds(max_batch: usize) -> Vec<u64> {
+    let max = max_batch.max(1) as u64;
+    let mut bounds: Vec<u64> = std::iter::successors(Some(1u64), |b| b.checked_mul(2))
+        .take_while(|b| *b < max)
+        .collect();
+    bounds.push(max);
+    bounds
+}
+
+/// The sizes of the batches an IF ran as bucket counts, cumulative since
+/// the IF started: what the orchestrator exposes as the Prometheus
+/// histogram `kneepoint_if_batch_size`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BatchSizeHistogram {
+    /// The buckets' upper bounds, requests ([`batch_size_bounds`] of the
+    /// IF's largest batch): strictly increasing, at least one.
+    pub bounds: Vec<u64>,
+    /// Batches per bucket (not cumulative): one count per bound, then the
+    /// overflow bucket (`bounds.len() + 1` counts; the last stays 0 while
+    /// no batch is larger than the engine's largest).
+    pub counts: Vec<u64>,
+    /// The requests in those batches.
+    pub sum: u64,
+}
+
+impl BatchSizeHistogram {
+    /// The index in [`BatchSizeHistogram::counts`] of a batch of `size`
+    /// requests under `bounds`.
+    pub fn bucket_of(bounds: &[u64], size: u64) -> usize {
+        bounds.partition_point(|b| *b < size)
+    }
+
+    /// Batches counted (the sum of the counts).
+    pub fn count(&self) -> u64 {
+        self.counts.iter().sum()
+    }
+
+    /// Whether the bounds are usable as a histogram's: at least one,
+    /// strictly increasing, and one count per bound plus the overflow one.
+    pub fn is_well_formed(&self) -> bool {
+        !self.bounds.is_empty()
+            && self.bounds.windows(2).all(|w| w[0] < w[1])
+            && self.counts.len() == self.bounds.len() + 1
+    }
+}
+
 /// Latency of answered requests, microseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct LatencySummary {
@@ -101,6 +153,9 @@ pub struct TelemetrySnapshot {
     pub latency_us: LatencySummary,
     /// The same latencies as histogram buckets (OK answers).
     pub latency_histogram: LatencyHistogram,
+    /// The sizes of the batches run, as histogram buckets: its count is
+    /// `batches`, its sum `batched_requests`.
+    pub batch_size_histogram: BatchSizeHistogram,
     /// Exponentially weighted mean batch execution time, microseconds.
     pub ewma_exec_us: f64,
     /// Answers OK within the SLO, of all answers (errors miss it); `None`
@@ -169,5 +224,34 @@ mod tests {
             "the overflow bucket"
         );
         assert!(LATENCY_BOUNDS_US.windows(2).all(|w| w[0] < w[1]));
+    }
+
+    #[test]
+    fn batch_size_buckets_are_powers_of_two_up_to_the_largest_batch() {
+        assert_eq!(batch_size_bounds(32), [1, 2, 4, 8, 16, 32]);
+        assert_eq!(batch_size_bounds(24), [1, 2, 4, 8, 16, 24]);
+        assert_eq!(batch_size_bounds(33), [1, 2, 4, 8, 16, 32, 33]);
+        assert_eq!(batch_size_bounds(1), [1]);
+        assert_eq!(batch_size_bounds(0), [1], "a nonsense 0 is one");
+        assert_eq!(batch_size_bounds(usize::MAX).len(), 65);
+        let b = batch_size_bounds(24);
+        assert_eq!(BatchSizeHistogram::bucket_of(&b, 1), 0);
+        assert_eq!(BatchSizeHistogram::bucket_of(&b, 3), 2, "le 4");
+        assert_eq!(BatchSizeHistogram::bucket_of(&b, 17), 5, "le 24");
+        assert_eq!(BatchSizeHistogram::bucket_of(&b, 24), 5);
+        assert_eq!(BatchSizeHistogram::bucket_of(&b, 25), 6, "overflow");
+        let h = BatchSizeHistogram {
+            bounds: b,
+            counts: vec![0; 7],
+            sum: 0,
+        };
+        assert!(h.is_well_formed());
+        assert!(!BatchSizeHistogram::default().is_well_formed());
+        let unsorted = BatchSizeHistogram {
+            bounds: vec![2, 1],
+            counts: vec![0; 3],
+            sum: 0,
+        };
+        assert!(!unsorted.is_well_formed());
     }
 }

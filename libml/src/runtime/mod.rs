@@ -173,7 +173,7 @@ pub fn serve(
     let now_ns = || clock.elapsed().as_nanos() as u64;
     let capacity = pool.capacity();
     // One cell per recording thread: 0 the fragment thread, 1 inference.
-    let telemetry = Telemetry::new(0, policy.config().slo_ns / 1000, 2);
+    let telemetry = Telemetry::new(0, policy.config().slo_ns / 1000, cfg.max_batch, 2);
     let mut fragment_telemetry = telemetry.writer(0).expect("cell 0 is free");
     let inference_telemetry = telemetry.writer(1).expect("cell 1 is free");
     let ready: ArrayQueue<Ready<'_>> = ArrayQueue::new(capacity);

@@ -168,6 +168,22 @@ impl Snapshot {
             "Requests in those batches (mean batch size: its rate over the rate of kneepoint_if_batches_total).",
             self.per_role().map(|(l, c)| (l, c.batched_requests)),
         )?;
+        f.histograms(
+            "kneepoint_if_batch_size",
+            "Requests per batch an inference function ran; buckets are powers of two up to the IF's largest batch (its count is kneepoint_if_batches_total, its sum kneepoint_if_batched_requests_total).",
+            self.per_role()
+                .filter(|(_, c)| !c.batch_bounds.is_empty())
+                .map(|(l, c)| {
+                    let buckets = c
+                        .batch_bounds
+                        .iter()
+                        .zip(&c.batch_counts)
+                        .map(|(b, n)| (*b as f64, *n))
+                        .collect();
+                    let count = c.batch_counts.iter().sum();
+                    (l, buckets, count, c.batch_sum as f64)
+                }),
+        )?;
         f.counters(
             "kneepoint_if_slo_miss_batches",
             "Batches whose slowest request missed the SLO.",
@@ -351,7 +367,53 @@ impl Snapshot {
             "kneepoint_if_manager_answered_evictions",
             "Answered-request entries evicted before their time-to-live ran out.",
             [(vec![], c.answered_evictions)],
-        )
+        )?;
+        let p = &c.port;
+        for (name, help, v) in [
+            (
+                "kneepoint_port_receive_packets",
+                "Frames the port received (the driver's ipackets), before the if-manager classifies them.",
+                p.ipackets,
+            ),
+            (
+                "kneepoint_port_receive_bytes",
+                "Bytes the port received (ibytes).",
+                p.ibytes,
+            ),
+            (
+                "kneepoint_port_receive_missed",
+                "Frames the port dropped because its RX queue was full (imissed).",
+                p.imissed,
+            ),
+            (
+                "kneepoint_port_receive_errors",
+                "Erroneous frames the port received (ierrors).",
+                p.ierrors,
+            ),
+            (
+                "kneepoint_port_receive_nombuf",
+                "Frames the port could not receive for want of an mbuf (rx_nombuf: the mempool ran dry).",
+                p.rx_nombuf,
+            ),
+            (
+                "kneepoint_port_transmit_packets",
+                "Frames the port sent (opackets).",
+                p.opackets,
+            ),
+            (
+                "kneepoint_port_transmit_bytes",
+                "Bytes the port sent (obytes).",
+                p.obytes,
+            ),
+            (
+                "kneepoint_port_transmit_errors",
+                "Frames the port failed to send (oerrors).",
+                p.oerrors,
+            ),
+        ] {
+            f.counters(name, help, [(vec![], v)])?;
+        }
+        Ok(())
     }
 }
 
@@ -368,7 +430,7 @@ mod tests {
     use super::super::tests::message;
     use super::super::{IfView, PlatformView};
     use super::*;
-    use kp_schema::messages::IfManagerCounters;
+    use kp_schema::messages::{IfManagerCounters, PortCounters};
 
     fn platform() -> PlatformMetrics {
         let mut m = PlatformMetrics::default();
@@ -404,6 +466,13 @@ mod tests {
                 ]
                 .into(),
                 not_for_us: [("wrong_port".to_string(), 10)].into(),
+                port: PortCounters {
+                    ipackets: 1_603,
+                    ibytes: 2_404_500,
+                    imissed: 3,
+                    opackets: 400,
+                    ..PortCounters::default()
+                },
                 ..IfManagerCounters::default()
             },
         );
@@ -483,6 +552,24 @@ mod tests {
             ),
             "10"
         );
+        // 5 batches of 2, bounds 1, 2, 4, 8.
+        assert!(text.contains("# TYPE kneepoint_if_batch_size histogram\n"));
+        let batch_lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("kneepoint_if_batch_size_") && l.contains(&act))
+            .collect();
+        assert_eq!(
+            batch_lines,
+            [
+                format!(r#"kneepoint_if_batch_size_bucket{{{act},le="1"}} 0"#),
+                format!(r#"kneepoint_if_batch_size_bucket{{{act},le="2"}} 5"#),
+                format!(r#"kneepoint_if_batch_size_bucket{{{act},le="4"}} 5"#),
+                format!(r#"kneepoint_if_batch_size_bucket{{{act},le="8"}} 5"#),
+                format!(r#"kneepoint_if_batch_size_bucket{{{act},le="+Inf"}} 5"#),
+                format!("kneepoint_if_batch_size_sum{{{act}}} 10.0"),
+                format!("kneepoint_if_batch_size_count{{{act}}} 5"),
+            ]
+        );
         assert_eq!(
             value(&text, &format!("kneepoint_if_requests_in_flight{{{act}}}")),
             "2.0"
@@ -536,6 +623,16 @@ mod tests {
             ),
             "10"
         );
+        assert_eq!(value(&text, "kneepoint_port_receive_packets_total"), "1603");
+        assert_eq!(
+            value(&text, "kneepoint_port_receive_bytes_total"),
+            "2404500"
+        );
+        assert_eq!(value(&text, "kneepoint_port_receive_missed_total"), "3");
+        assert_eq!(value(&text, "kneepoint_port_receive_errors_total"), "0");
+        assert_eq!(value(&text, "kneepoint_port_receive_nombuf_total"), "0");
+        assert_eq!(value(&text, "kneepoint_port_transmit_packets_total"), "400");
+        assert!(text.contains("# TYPE kneepoint_port_receive_packets_total counter\n"));
         assert_eq!(value(&text, "kneepoint_if_manager_up"), "1.0");
         assert_eq!(value(&text, "kneepoint_platform_restarts_total"), "0");
     }
@@ -583,5 +680,6 @@ mod tests {
         assert_eq!(value(&text, "kneepoint_if_manager_up"), "0.0");
         assert_eq!(value(&text, "kneepoint_if_manager_unreachable_total"), "2");
         assert!(!text.contains("kneepoint_if_manager_packets_total{"));
+        assert!(!text.contains("kneepoint_port_"));
     }
 }

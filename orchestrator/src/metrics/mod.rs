@@ -99,6 +99,13 @@ pub struct Counts {
     pub latency_counts: Vec<u64>,
     /// Sum of their latencies, µs.
     pub latency_sum_us: u64,
+    /// The batch-size histogram's bucket bounds, requests (empty before
+    /// the first message).
+    pub batch_bounds: Vec<u64>,
+    /// Batches per batch-size bucket (then the overflow one).
+    pub batch_counts: Vec<u64>,
+    /// Requests in those batches.
+    pub batch_sum: u64,
 }
 
 impl Counts {
@@ -113,6 +120,9 @@ impl Counts {
             slo_miss_batches: b.slo_miss_batches,
             latency_counts: t.latency_histogram.counts.clone(),
             latency_sum_us: t.latency_histogram.sum_us,
+            batch_bounds: t.batch_size_histogram.bounds.clone(),
+            batch_counts: t.batch_size_histogram.counts.clone(),
+            batch_sum: t.batch_size_histogram.sum,
         }
     }
 
@@ -134,18 +144,23 @@ impl Counts {
         {
             return None;
         }
-        let latency_counts = if earlier.latency_counts.is_empty() {
-            self.latency_counts.clone()
-        } else {
-            if earlier.latency_counts.len() != self.latency_counts.len() {
+        let buckets = |now: &Vec<u64>, then: &Vec<u64>| {
+            if then.is_empty() {
+                return Some(now.clone());
+            }
+            if then.len() != now.len() {
                 return None;
             }
-            self.latency_counts
-                .iter()
-                .zip(&earlier.latency_counts)
+            now.iter()
+                .zip(then)
                 .map(|(n, t)| d(*n, *t))
-                .collect::<Option<Vec<u64>>>()?
+                .collect::<Option<Vec<u64>>>()
         };
+        let latency_counts = buckets(&self.latency_counts, &earlier.latency_counts)?;
+        if !earlier.batch_bounds.is_empty() && earlier.batch_bounds != self.batch_bounds {
+            return None;
+        }
+        let batch_counts = buckets(&self.batch_counts, &earlier.batch_counts)?;
         Some(Counts {
             answers,
             arrivals: d(self.arrivals, earlier.arrivals)?,
@@ -156,6 +171,9 @@ impl Counts {
             slo_miss_batches: d(self.slo_miss_batches, earlier.slo_miss_batches)?,
             latency_counts,
             latency_sum_us: d(self.latency_sum_us, earlier.latency_sum_us)?,
+            batch_bounds: self.batch_bounds.clone(),
+            batch_counts,
+            batch_sum: d(self.batch_sum, earlier.batch_sum)?,
         })
     }
 
@@ -176,6 +194,18 @@ impl Counts {
             *s += n;
         }
         self.latency_sum_us += d.latency_sum_us;
+        if self.batch_bounds != d.batch_bounds {
+            // The first process, or one whose engine runs another largest
+            // batch: a histogram's buckets cannot change, so its series
+            // start again from this process's (Prometheus reads a reset).
+            self.batch_bounds = d.batch_bounds.clone();
+            self.batch_counts = vec![0; d.batch_counts.len()];
+            self.batch_sum = 0;
+        }
+        for (s, n) in self.batch_counts.iter_mut().zip(&d.batch_counts) {
+            *s += n;
+        }
+        self.batch_sum += d.batch_sum;
     }
 }
 
@@ -248,6 +278,19 @@ pub struct PlatformView {
 /// Why a telemetry message was not taken.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum MetricsError {
+    /// Its batch-size buckets are not a histogram's: no bound, bounds not
+    /// strictly increasing, or not one count per bound and an overflow one.
+    #[error("if {if_id} (pid {pid}): batch-size buckets {bounds:?} with {counts} counts are not a histogram's")]
+    BatchBuckets {
+        /// The IF.
+        if_id: u16,
+        /// The process.
+        pid: u32,
+        /// The bounds it sent.
+        bounds: Vec<u64>,
+        /// How many counts it sent.
+        counts: usize,
+    },
     /// Its latency buckets are not this build's [`LATENCY_BOUNDS_US`].
     #[error("if {if_id} (pid {pid}): latency buckets {got:?}, expected {LATENCY_BOUNDS_US:?} and one overflow count")]
     Buckets {
@@ -299,6 +342,15 @@ impl PlatformMetrics {
                 if_id: msg.if_id,
                 pid: msg.pid,
                 got: h.bounds_us.clone(),
+            });
+        }
+        let b = &telemetry.batch_size_histogram;
+        if !b.is_well_formed() {
+            return Err(MetricsError::BatchBuckets {
+                if_id: msg.if_id,
+                pid: msg.pid,
+                bounds: b.bounds.clone(),
+                counts: b.counts.len(),
             });
         }
         if self.gone.contains(&msg.pid) {
@@ -398,7 +450,8 @@ impl PlatformMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kp_schema::telemetry::LatencyHistogram;
+    use kp_schema::messages::PortCounters;
+    use kp_schema::telemetry::{batch_size_bounds, BatchSizeHistogram, LatencyHistogram};
 
     /// A message of process `pid` of IF 1 in `mode` with `ok` OK answers
     /// of 3 ms each and `shed` OVERLOADED ones.
@@ -422,6 +475,12 @@ mod tests {
                         bounds_us: LATENCY_BOUNDS_US.to_vec(),
                         counts,
                         sum_us: 3_000 * ok,
+                    },
+                    // `ok / 2` batches of 2 (bounds 1, 2, 4, 8).
+                    batch_size_histogram: BatchSizeHistogram {
+                        bounds: batch_size_bounds(8),
+                        counts: vec![0, ok / 2, 0, 0, 0],
+                        sum: ok / 2 * 2,
                     },
                     slo_attainment: Some(0.5),
                     ..TelemetrySnapshot::default()
@@ -461,6 +520,11 @@ mod tests {
         assert_eq!(c.shed, 1);
         assert_eq!(c.latency_counts.iter().sum::<u64>(), 31);
         assert_eq!(c.latency_sum_us, 31 * 3_000);
+        // Batches of 2: 12 of the first process, 2 of its successor, 1 more
+        // of the first (27 / 2 - 25 / 2).
+        assert_eq!(c.batch_bounds, [1, 2, 4, 8]);
+        assert_eq!(c.batch_counts, [0, 15, 0, 0, 0]);
+        assert_eq!(c.batch_sum, 30);
         assert_eq!(ok_of(&m, Role::Shadow), 0);
         assert_eq!(m.ifs[&1].active.unwrap().in_flight, 2);
     }
@@ -490,6 +554,10 @@ mod tests {
         let counters = |delivered: u64| IfManagerCounters {
             rx_packets: delivered,
             outcomes: [("delivered".to_string(), delivered)].into(),
+            port: PortCounters {
+                ipackets: delivered + 1,
+                ..PortCounters::default()
+            },
             ..IfManagerCounters::default()
         };
         let mut m = PlatformMetrics::default();
@@ -499,6 +567,43 @@ mod tests {
         let c = m.if_manager.as_ref().unwrap();
         assert_eq!(c.outcomes["delivered"], 157);
         assert_eq!(c.rx_packets, 157);
+        // The new process's port counts from 0 too (its port was
+        // re-initialised): 151 + 8.
+        assert_eq!(c.port.ipackets, 159);
+    }
+
+    #[test]
+    fn batch_buckets_that_are_not_a_histogram_are_refused() {
+        let mut msg = message(100, "active", 10, 0);
+        if let Publication::Telemetry { telemetry, .. } = &mut msg.body {
+            telemetry.batch_size_histogram.counts.pop();
+        }
+        let mut m = PlatformMetrics::default();
+        let e = m.on_message(&msg).unwrap_err();
+        assert!(e.to_string().contains("batch-size buckets"), "{e}");
+        assert!(m.ifs.is_empty());
+    }
+
+    #[test]
+    fn a_successor_with_another_largest_batch_starts_the_histogram_again() {
+        let mut m = PlatformMetrics::default();
+        m.on_message(&message(100, "active", 10, 0)).unwrap();
+        let mut msg = message(200, "active", 4, 0);
+        if let Publication::Telemetry { telemetry, .. } = &mut msg.body {
+            telemetry.batch_size_histogram = BatchSizeHistogram {
+                bounds: batch_size_bounds(4),
+                counts: vec![0, 0, 1, 0],
+                sum: 4,
+            };
+        }
+        m.on_message(&msg).unwrap();
+        let c = &m.ifs[&1].counts[&Role::Active];
+        assert_eq!(c.batch_bounds, [1, 2, 4]);
+        assert_eq!(
+            (c.batch_counts.as_slice(), c.batch_sum),
+            (&[0, 0, 1, 0][..], 4)
+        );
+        assert_eq!(c.batches, 5 + 2, "the counters go on");
     }
 
     #[test]
