@@ -91,6 +91,16 @@
 //! stays at 530/s. Testing against the SLO instead of the budget kept only
 //! 410/s: a head between the two makes the next batch smaller.
 //!
+//! **Probe.** When the model says that even a fresh request alone cannot
+//! make its SLO (`cost(1) > slo`), the rule above would shed every arrival;
+//! then no batch runs and the model, inflated by a spell of contention,
+//! would never be corrected: the IF would answer OVERLOADED for ever (seen
+//! on the live platform after a short overload). So once per probe interval
+//! (the SLO, at least [`PROBE_INTERVAL_MIN_NS`]) without a finished batch
+//! the newest request is kept and runs alone; in the simulation of the
+//! tests (a 40 ms SLO, an engine at 55 ms per request for two seconds, then
+//! back to 9 ms) service is back in full within a second.
+//!
 //! **Provisioning reports.** *Under-provisioned*: a batch of one missed its
 //! SLO (the IF cannot serve even a single request in time).
 //! *Over-provisioned*: a batch met its SLO with its slowest request within
@@ -128,6 +138,14 @@ mod tests;
 /// below 0.2 the slope is mostly noise (its standard error grows as
 /// `1/√variance`), so the policy explores instead.
 pub const MIN_BATCH_VARIANCE: f64 = 0.2;
+
+/// The shortest probe interval: when the cost model says not even a fresh
+/// request alone can make its SLO, one request is let through per interval
+/// (the SLO, at least this) without a finished batch, so that a model
+/// inflated by a spell of contention is corrected instead of shedding every
+/// request for ever. 100 ms: ten probes a second at most, two of which
+/// (the regime-change rule's two in a row) correct the model.
+pub const PROBE_INTERVAL_MIN_NS: u64 = 100_000_000;
 
 /// The fitted line is trusted up to this many times the largest batch seen
 /// since the last regime change. Two keeps cold start at "double per batch"
@@ -491,6 +509,8 @@ pub struct BatchPolicy {
     rate: RateEstimator,
     /// The queue held more than a batch since the last completion.
     queue_built: bool,
+    /// When the last batch finished (0: none yet), for the probe.
+    last_done_ns: u64,
     under_streak: u32,
     under_worst: u64,
     over_streak: u32,
@@ -514,6 +534,7 @@ impl BatchPolicy {
             explore: None,
             rate: RateEstimator::default(),
             queue_built: false,
+            last_done_ns: 0,
             under_streak: 0,
             under_worst: 0,
             over_streak: 0,
@@ -586,6 +607,21 @@ impl BatchPolicy {
             .iter()
             .take_while(|&&t| age(t) + cost1 > slo)
             .count();
+        // The probe: a model that says even a fresh request alone misses
+        // the SLO sheds every arrival, so no batch would run and the model
+        // would never learn that the engine is fast again (a spell of
+        // contention inflates it). Keep the newest request, once per probe
+        // interval without a finished batch: it runs as a batch of one and
+        // its time corrects the model (or, if the device really is that
+        // slow, is one more batch-of-one miss towards an under-provisioning
+        // report).
+        if k > 0
+            && k == queued_arrivals.len()
+            && cost1 > slo
+            && now_ns.saturating_sub(self.last_done_ns) >= self.probe_interval_ns()
+        {
+            k -= 1;
+        }
         if let Some(m) = self.model.filter(|m| m.source != CostSource::Proportional) {
             let n = self.batch_limit();
             let cost_n = m.cost_ns(n);
@@ -595,6 +631,13 @@ impl BatchPolicy {
             }
         }
         k
+    }
+
+    /// How long without a finished batch before a probe is let through when
+    /// the model sheds everything (see [`shed_count`](Self::shed_count)):
+    /// the SLO, and at least [`PROBE_INTERVAL_MIN_NS`].
+    pub fn probe_interval_ns(&self) -> u64 {
+        self.cfg.slo_ns.max(PROBE_INTERVAL_MIN_NS)
     }
 
     /// [`shed_count`](Self::shed_count), counted in the statistics: the
@@ -724,6 +767,7 @@ impl BatchPolicy {
         }
         let report = self.provisioning(batch, max_e2e_ns, missed, now_ns);
         self.learn(batch, exec_ns as f64);
+        self.last_done_ns = now_ns;
         self.queue_built = false;
         report
     }

@@ -527,6 +527,42 @@ fn overload_sheds_instead_of_collapsing() {
     assert!(p99 <= 40 * MS);
 }
 
+/// A burst of contention makes the engine slower than the SLO even at
+/// batch 1 (a = 50 ms, b = 5 ms against a 40 ms SLO) for two seconds, then
+/// it is back to a = 8 ms, b = 1 ms. A model learnt in the burst says no
+/// request can make its SLO, so every arrival would be shed, no batch would
+/// run, and the model would never learn that the engine is fast again:
+/// OVERLOADED for ever (seen on the live platform after an overload). A
+/// probe (the newest request kept, once per probe interval without a batch)
+/// brings service back within a second of the burst's end.
+#[test]
+fn recovers_when_a_slow_spell_ends() {
+    let cfg = BatchConfig::new(40 * MS);
+    let base = Engine::new(8.0, 1.0, 0.0);
+    let slow = Engine::new(50.0, 5.0, 0.0);
+    let rate = 50.0;
+    let mut sim = Sim::new(cfg, Arrivals::Constant { per_s: rate }, base, 6);
+    sim.run_until(2_000 * MS);
+    sim.engine = slow;
+    sim.run_until(4_000 * MS);
+    let cost1 = sim.policy.cost_model().unwrap().cost_ns(1);
+    assert!(cost1 > 40e6, "the slow spell was learnt: cost(1) {cost1}");
+    sim.engine = base;
+    sim.run_until(5_000 * MS);
+    let (served, shed) = (sim.e2e.len(), sim.shed);
+    sim.run_until(7_000 * MS);
+    let goodput = (sim.e2e.len() - served) as f64 / 2.0;
+    eprintln!(
+        "after the slow spell: goodput {goodput:.1}/s of {rate}/s, shed in the last 2 s {}, \
+         p99 {:.1} ms",
+        sim.shed - shed,
+        sim.percentile_e2e(served, 0.99) as f64 / 1e6
+    );
+    assert!(goodput >= 0.98 * rate, "goodput {goodput}");
+    assert_eq!(sim.shed, shed, "nothing shed once the model is right again");
+    assert!(sim.percentile_e2e(served, 0.99) <= 40 * MS);
+}
+
 // ---------------------------------------------------------------- shedding
 
 fn trained(slo_ms: u64, a_ms: u64, b_ms: u64) -> BatchPolicy {
