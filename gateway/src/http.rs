@@ -30,7 +30,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use http_body_util::{BodyExt, Limited};
-use kneepoint_client::{ClientError, Status};
+use kneepoint_client::{Answer, ClientError, Status};
 use serde_json::{json, Value};
 use tokio::sync::{Semaphore, SemaphorePermit};
 
@@ -271,19 +271,17 @@ impl Gateway {
         HEADER_ALLOWANCE + self.limits.max_batch * per_item
     }
 
-    /// Whether an IF serves `model`: a one-byte request, which an IF
-    /// refuses as BAD_REQUEST (no model takes one byte) and the if-manager
-    /// answers UNKNOWN_IF when no IF has the model's if_id. The answer is
-    /// reused for `ready_ttl`, so probes cannot flood the platform. (An
-    /// IF counts each probe among its bad requests.)
+    /// Whether an IF serves `model`. What the last answer for it said, if
+    /// it came within `ready_ttl` (an infer request's, or a probe's);
+    /// otherwise a probe: a one-byte request, which an IF refuses as
+    /// BAD_REQUEST (no model takes one byte) and the if-manager answers
+    /// UNKNOWN_IF when no IF has the model's if_id. So a model with traffic
+    /// is never probed, and probes cannot flood the platform: at most one
+    /// per model per `ready_ttl`. (An IF counts each probe as a bad request
+    /// that missed its SLO.)
     async fn probe(&self, model: &ServedModel) -> Result<(), String> {
         let now = Instant::now();
-        if let Some((at, r)) = self
-            .ready
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .get(&model.name)
-        {
+        if let Some((at, r)) = self.ready_cache().get(&model.name) {
             if now.duration_since(*at) < self.limits.ready_ttl {
                 return r.clone();
             }
@@ -291,27 +289,53 @@ impl Gateway {
         let wait = self.limits.timeout.min(Duration::from_millis(500));
         let result = match self.bridge.submit(model.if_id, &[0], wait) {
             Err(e) => Err(e),
-            Ok(answer) => answer.await.map(|_| ()),
+            Ok(answer) => answer.await,
         };
-        let r = match result {
-            Ok(()) => Ok(()),
-            Err(e) => match e.status() {
-                Some(Status::BadRequest | Status::Overloaded) => Ok(()),
-                Some(Status::UnknownIf) => Err(format!(
-                    "model '{}' is not deployed (no inference function has if_id {})",
-                    model.name, model.if_id
-                )),
-                _ => Err(format!(
-                    "model '{}' (if_id {}): the platform did not answer: {e}",
-                    model.name, model.if_id
-                )),
-            },
-        };
+        let r = readiness(model, &result).unwrap_or_else(|| {
+            Err(format!(
+                "model '{}' (if_id {}): the platform did not answer: {}",
+                model.name,
+                model.if_id,
+                result.err().map_or_else(String::new, |e| e.to_string())
+            ))
+        });
+        self.ready_cache()
+            .insert(model.name.clone(), (Instant::now(), r.clone()));
+        r
+    }
+
+    /// Records what an infer request's answer says of `model`'s readiness.
+    fn note_answer(&self, model: &ServedModel, result: &Result<Answer, ClientError>) {
+        if let Some(r) = readiness(model, result) {
+            self.ready_cache()
+                .insert(model.name.clone(), (Instant::now(), r));
+        }
+    }
+
+    fn ready_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Probe>> {
         self.ready
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(model.name.clone(), (now, r.clone()));
-        r
+    }
+}
+
+/// What an answer says of whether an IF serves `model`: any answer from an
+/// IF (OK, or an error status only an IF sends) says yes, UNKNOWN_IF says
+/// no, anything else (no answer, a lost fragment) says nothing.
+fn readiness(
+    model: &ServedModel,
+    result: &Result<Answer, ClientError>,
+) -> Option<Result<(), String>> {
+    match result {
+        Ok(_) => Some(Ok(())),
+        Err(e) => match e.status()? {
+            Status::UnknownIf => Some(Err(format!(
+                "model '{}' is not deployed (no inference function has if_id {})",
+                model.name, model.if_id
+            ))),
+            Status::Incomplete => None,
+            Status::Ok | Status::BadRequest | Status::Overloaded | Status::Internal => Some(Ok(())),
+        },
     }
 }
 
@@ -491,7 +515,9 @@ async fn infer_inner(gw: &Gateway, name: &str, req: Request) -> Result<Response,
     for p in pending {
         // Every one is awaited (they end by their timeout), so the first
         // error is returned only once all are done.
-        match p.await {
+        let result = p.await;
+        gw.note_answer(model, &result);
+        match result {
             Ok(a) => answers.push(a),
             Err(e) => {
                 first_error.get_or_insert(e);

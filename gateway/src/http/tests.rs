@@ -499,6 +499,13 @@ fn platform_statuses_become_http_statuses() {
             "{model}"
         );
     }
+    // What those answers said is readiness enough: no probe is sent. An IF
+    // answered for `shed` (ready); the if-manager's UNKNOWN_IF for `gone`
+    // (not ready).
+    let sent = gw.bridge_submitted();
+    assert_eq!(gw.get("/v2/models/shed/ready").status, 200);
+    assert_eq!(gw.get("/v2/models/gone/ready").status, 503);
+    assert_eq!(gw.bridge_submitted(), sent);
     // A client's own shorter timeout (µs, as tritonclient sends it) wins.
     let mut body = input(data.clone());
     body["parameters"] = json!({"timeout": 50_000});
