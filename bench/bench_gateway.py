@@ -64,7 +64,7 @@ def udp(a, *load: str) -> dict[str, Any]:
                   "--json", *load])
     cpu = children_cpu() - cpu0
     ok = r["status"]["ok"]
-    return {"ok_per_s": r["throughput"] * ok / max(r["answered"], 1),
+    return {"ok_per_s": r["throughput"] * ok / max(r["answered"], 1), "status": r["status"],
             "throughput": r["throughput"], "ok": ok, "sent": r["sent"], "answered": r["answered"],
             "client_cpu_us_per_request": 1e6 * cpu / max(r["answered"], 1),
             "p50_us": r["rtt_us"]["p50"], "p99_us": r["rtt_us"]["p99"]}

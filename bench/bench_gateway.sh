@@ -19,6 +19,10 @@ eval "$(scripts/netns.sh up "$NAME")"
 D=$(mktemp -d)
 P=kp-bench-gateway-$$
 cleanup() {
+  local rc=$?
+  if ((rc)); then # say why: the processes' last words
+    for f in "$D"/*.err; do echo "--- $f" >&2; tail -n 5 "$f" >&2; done
+  fi
   [[ -n ${GW:-} ]] && kill -TERM "$GW" 2>/dev/null && wait "$GW" 2>/dev/null
   [[ -n ${IF:-} ]] && kill -INT "$IF" 2>/dev/null && wait "$IF" 2>/dev/null
   [[ -n ${IFM:-} ]] && kill -INT "$IFM" 2>/dev/null && wait "$IFM" 2>/dev/null
