@@ -99,6 +99,7 @@ def main() -> None:
     a = ap.parse_args()
 
     rounds = []
+    stopped = None
     for i in range(a.rounds):
         lat_udp = udp(a, "--rate", str(a.rate))
         cpu0 = cpu_seconds(a.gateway_pid)
@@ -107,7 +108,12 @@ def main() -> None:
         closed = udp(a, "--concurrency", str(a.concurrency))
         cap = closed["ok_per_s"]
         if cap < 1.0:
-            raise SystemExit(f"bench_gateway.py: the closed loop got no OK answers: {closed}")
+            # Seen on the shared 2-core machine after an overload: kp-if
+            # answers every request OVERLOADED and does not recover. Keep
+            # the rounds done, say so.
+            stopped = f"round {i + 1}: the closed loop got no OK answers: {closed}"
+            print(f"bench_gateway.py: stopping at {stopped}", flush=True)
+            break
         cap_udp = udp(a, "--rate", f"{cap:.1f}")
         cap_http = http(a, round(cap, 1), 64)
         r = {
@@ -130,17 +136,19 @@ def main() -> None:
               f"{r['udp_client_cpu_us_per_request']:.0f} us; capacity {r['udp_capacity']:.1f}/s offered: "
               f"udp {r['udp_ok_per_s']:.1f}/s http {r['http_ok_per_s']:.1f}/s ({100 * r['capacity_ratio']:.0f}%)",
               flush=True)
+    if not rounds:
+        raise SystemExit(f"bench_gateway.py: no round completed ({stopped})")
     keys = ["udp_p50_us", "http_p50_us", "added_p50_us", "udp_p99_us", "http_p99_us", "added_p99_us",
             "gateway_cpu_us_per_request", "udp_client_cpu_us_per_request", "gateway_own_cpu_us_per_request",
             "udp_capacity", "udp_ok_per_s", "http_ok_per_s", "capacity_ratio"]
     summary = {
         "model": a.model, "rate": a.rate, "concurrency": a.concurrency, "duration_s": a.duration,
-        "rounds": a.rounds,
+        "rounds": len(rounds), "stopped": stopped,
         **{k: spread([r[k] for r in rounds]) for k in keys},
         "per_round": rounds,
     }
     s = summary
-    print(f"summary ({a.rounds} rounds, median [min..max]): added p50 {s['added_p50_us']['median']:.0f} us "
+    print(f"summary ({len(rounds)} rounds, median [min..max]): added p50 {s['added_p50_us']['median']:.0f} us "
           f"[{s['added_p50_us']['min']:.0f}..{s['added_p50_us']['max']:.0f}], added p99 "
           f"{s['added_p99_us']['median']:.0f} us, gateway CPU {s['gateway_cpu_us_per_request']['median']:.0f} "
           f"us/request ({s['gateway_own_cpu_us_per_request']['median']:.0f} beyond kp-client's), capacity kept {100 * s['capacity_ratio']['median']:.0f}% "
