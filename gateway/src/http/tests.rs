@@ -310,74 +310,80 @@ fn input(data: Value) -> Value {
 #[test]
 fn health_metadata_and_readiness() {
     let gw = Running::start("health");
-    let r = gw.get("/v2/health/live");
-    assert_eq!((r.status, r.json()), (200, json!({"live": true})));
-    let r = gw.get("/v2");
-    assert_eq!(r.status, 200);
-    assert_eq!(
-        r.json(),
-        json!({"name": "kneepoint", "version": env!("CARGO_PKG_VERSION"),
-               "extensions": ["binary_tensor_data"]})
-    );
-    let r = gw.get("/v2/models/ok/versions/1");
-    assert_eq!(r.status, 200);
-    assert_eq!(
-        r.json(),
-        json!({"name": "ok", "versions": ["1"], "platform": "kneepoint",
-            "inputs": [{"name": "INPUT", "datatype": "UINT8", "shape": [-1, 2, 2, 3]}],
-            "outputs": [{"name": "CLASSES", "datatype": "INT32", "shape": [-1, 2]},
-                        {"name": "SCORES", "datatype": "FP32", "shape": [-1, 2]}],
-            "parameters": {"if_id": 1, "scores": "probabilities", "slo_ms": 20.0}})
-    );
+    let cases = [
+        ("/v2/health/live", 200, json!({"live": true})),
+        (
+            "/v2",
+            200,
+            json!({"name": "kneepoint", "version": env!("CARGO_PKG_VERSION"),
+                   "extensions": ["binary_tensor_data"]}),
+        ),
+        (
+            "/v2/models/ok/versions/1",
+            200,
+            json!({"name": "ok", "versions": ["1"], "platform": "kneepoint",
+                "inputs": [{"name": "INPUT", "datatype": "UINT8", "shape": [-1, 2, 2, 3]}],
+                "outputs": [{"name": "CLASSES", "datatype": "INT32", "shape": [-1, 2]},
+                            {"name": "SCORES", "datatype": "FP32", "shape": [-1, 2]}],
+                "parameters": {"if_id": 1, "scores": "probabilities", "slo_ms": 20.0}}),
+        ),
+        (
+            "/v2/models/nope",
+            404,
+            json!({"error": "unknown model 'nope'"}),
+        ),
+        (
+            "/v2/models/ok/versions/2",
+            404,
+            json!({"error": "model 'ok' has no version '2' (its only version is 1)"}),
+        ),
+        (
+            "/v3/whatever",
+            404,
+            json!({"error": "no such endpoint: GET /v3/whatever"}),
+        ),
+        (
+            "/v2/models/ok/ready",
+            200,
+            json!({"name": "ok", "ready": true}),
+        ),
+        (
+            "/v2/models/ok/versions/1/ready",
+            200,
+            json!({"name": "ok", "ready": true}),
+        ),
+        (
+            "/v2/models/gone/ready",
+            503,
+            json!({"error": "model 'gone' is not deployed (no inference function has if_id 4)"}),
+        ),
+        (
+            "/v2/models/silent/ready",
+            503,
+            json!({"error": "model 'silent' (if_id 6): the platform did not answer: no answer within 300ms"}),
+        ),
+        // The server is ready when every model is: not with `gone` served.
+        (
+            "/v2/health/ready",
+            503,
+            json!({"error": "model 'gone' is not deployed (no inference function has if_id 4)"}),
+        ),
+    ];
+    for (path, status, body) in cases {
+        let r = gw.get(path);
+        assert_eq!((r.status, r.json()), (status, body), "{path}");
+        assert_eq!(
+            r.header("retry-after"),
+            (status == 503).then_some("1"),
+            "{path}"
+        );
+    }
     assert_eq!(
         gw.get("/v2/models/flat").json()["inputs"][0]["datatype"],
         "FP32"
     );
-    let r = gw.get("/v2/models/nope");
-    assert_eq!(
-        (r.status, r.json()),
-        (404, json!({"error": "unknown model 'nope'"}))
-    );
-    let r = gw.get("/v2/models/ok/versions/2");
-    assert_eq!(
-        (r.status, r.json()),
-        (
-            404,
-            json!({"error": "model 'ok' has no version '2' (its only version is 1)"})
-        )
-    );
-    let r = gw.get("/v3/whatever");
-    assert_eq!(
-        (r.status, r.json()),
-        (404, json!({"error": "no such endpoint: GET /v3/whatever"}))
-    );
-
-    let r = gw.get("/v2/models/ok/ready");
-    assert_eq!(
-        (r.status, r.json()),
-        (200, json!({"name": "ok", "ready": true}))
-    );
-    assert_eq!(gw.get("/v2/models/ok/versions/1/ready").status, 200);
-    let r = gw.get("/v2/models/gone/ready");
-    assert_eq!(r.status, 503);
-    assert_eq!(
-        r.json(),
-        json!({"error": "model 'gone' is not deployed (no inference function has if_id 4)"})
-    );
-    assert_eq!(r.header("retry-after"), Some("1"));
-    let r = gw.get("/v2/models/silent/ready");
-    assert_eq!(
-        (r.status, r.json()),
-        (
-            503,
-            json!({"error": "model 'silent' (if_id 6): the platform did not answer: no answer within 300ms"})
-        )
-    );
-    // The server is ready when every model is: not with `gone` served.
-    let r = gw.get("/v2/health/ready");
-    assert_eq!(r.status, 503);
     // Probes are cached: the second round sent nothing new.
-    let sent = gw.gw.bridge.client().stats().submitted;
+    let sent = gw.bridge_submitted();
     assert_eq!(gw.get("/v2/models/ok/ready").status, 200);
     assert_eq!(gw.bridge_submitted(), sent);
 }
