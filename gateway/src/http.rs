@@ -90,6 +90,9 @@ pub enum GatewayError {
     /// No such route (404).
     #[error("no such endpoint: {0}")]
     NoRoute(String),
+    /// A route called with a method it does not take (405).
+    #[error("{0} is not allowed on {1}")]
+    MethodNotAllowed(String, String),
     /// `infer` without `Content-Length` (411).
     #[error("infer needs a Content-Length (chunked bodies are not accepted)")]
     LengthRequired,
@@ -135,6 +138,7 @@ impl GatewayError {
             GatewayError::UnknownModel(_)
             | GatewayError::UnknownVersion { .. }
             | GatewayError::NoRoute(_) => StatusCode::NOT_FOUND,
+            GatewayError::MethodNotAllowed(..) => StatusCode::METHOD_NOT_ALLOWED,
             GatewayError::LengthRequired => StatusCode::LENGTH_REQUIRED,
             GatewayError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             GatewayError::Encoding(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -410,6 +414,9 @@ pub fn router(gw: Arc<Gateway>) -> Router {
         )
         .fallback(|req: Request| async move {
             GatewayError::NoRoute(format!("{} {}", req.method(), req.uri().path()))
+        })
+        .method_not_allowed_fallback(|req: Request| async move {
+            GatewayError::MethodNotAllowed(req.method().to_string(), req.uri().path().to_string())
         })
         .with_state(gw)
 }
