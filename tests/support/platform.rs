@@ -112,6 +112,11 @@ impl Platform {
         format!("{}:9000", self.net.get("PLATFORM_IP"))
     }
 
+    /// The client network namespace's name (to run a daemon there).
+    pub fn client_ns(&self) -> &str {
+        self.net.get("CLIENT_NS")
+    }
+
     /// `ip netns exec CLIENT_NS <program>`: a command run from the client
     /// side of the veth pair.
     pub fn client_command(&self, program: &Path) -> Command {
