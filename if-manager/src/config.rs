@@ -129,7 +129,7 @@ fn parse_max_frame(s: &str) -> Result<u16, String> {
     let n: u16 = s
         .parse()
         .map_err(|_| format!("'{s}' is not a number of bytes (up to 65407)"))?;
-    if n < MIN_MAX_FRAME || n > u16::MAX - MBUF_HEADROOM {
+    if !(MIN_MAX_FRAME..=u16::MAX - MBUF_HEADROOM).contains(&n) {
         return Err(format!(
             "{n} is not in {MIN_MAX_FRAME}..={} (a frame of a 1500-byte MTU up to DPDK's largest mbuf)",
             u16::MAX - MBUF_HEADROOM
