@@ -3,7 +3,8 @@
 # joined by one veth pair, so traffic never leaves the machine or touches the
 # host's own interfaces.
 #
-#   scripts/netns.sh up   NAME [--subnet X]   create (or repair) it, print facts
+#   scripts/netns.sh up   NAME [--subnet X] [--mtu N]
+#                                             create (or repair) it, print facts
 #   scripts/netns.sh show NAME                print the facts of an existing one
 #   scripts/netns.sh down NAME                remove it (safe to call twice)
 #
@@ -19,12 +20,16 @@
 #   TX checksum offload off on both ends when ethtool exists: a veth hands
 #           AF_PACKET readers frames whose UDP checksum is not yet filled in
 #           otherwise, and the if-manager would count them malformed.
+#   with --mtu N, both ends' MTU set to N (e.g. 9000 for jumbo fragments;
+#           the if-manager then needs framesz=10240,blocksz=20480 in its
+#           net_af_packet vdev); without it, the kernel's default (1500) is
+#           set back.
 # X is 1 + (cksum of NAME) mod 254 unless --subnet gives it (1..254). Each
 # network lives in its own namespaces, so two of them may share an X.
 #
 # Output of up/show: KEY=VALUE lines, for `eval "$(scripts/netns.sh up kp)"`:
 #   CLIENT_NS PLATFORM_NS CLIENT_IF PLATFORM_IF CLIENT_IP PLATFORM_IP
-#   CLIENT_MAC PLATFORM_MAC PREFIX_LEN
+#   CLIENT_MAC PLATFORM_MAC PREFIX_LEN MTU
 # Needs root and iproute2.
 set -euo pipefail
 
@@ -86,6 +91,7 @@ PLATFORM_IP=10.77.$x.2
 CLIENT_MAC=$(ip netns exec "$cns" cat "/sys/class/net/$cif/address")
 PLATFORM_MAC=$(ip netns exec "$pns" cat "/sys/class/net/$pif/address")
 PREFIX_LEN=24
+MTU=$(ip netns exec "$pns" cat "/sys/class/net/$pif/mtu")
 EOF
 }
 
@@ -97,7 +103,7 @@ subnet_in_use() {
 }
 
 cmd_up() {
-  local name=$1 x=$2
+  local name=$1 x=$2 mtu=$3
   local cns="$name-c" pns="$name-p" cif="$name-c0" pif="$name-p0"
   ns_exists "$cns" || ip netns add "$cns"
   ns_exists "$pns" || ip netns add "$pns"
@@ -116,6 +122,8 @@ cmd_up() {
   disable_ipv6 "$pns" "$pif"
   no_tx_csum_offload "$cns" "$cif"
   no_tx_csum_offload "$pns" "$pif"
+  ip -n "$cns" link set dev "$cif" mtu "$mtu"
+  ip -n "$pns" link set dev "$pif" mtu "$mtu"
 
   # Client end: one address, nothing else (a changed --subnet replaces it).
   local old
@@ -166,9 +174,11 @@ main() {
   local name=$1
   shift
   check_name "$name"
-  local x=""
+  local x="" mtu=""
   while (($#)); do
     case "$1" in
+      --mtu) (($# >= 2)) || usage; mtu=$2; shift 2 ;;
+      --mtu=*) mtu=${1#--mtu=}; shift ;;
       --subnet) (($# >= 2)) || usage; x=$2; shift 2 ;;
       --subnet=*) x=${1#--subnet=}; shift ;;
       *) usage ;;
@@ -177,20 +187,23 @@ main() {
   if [[ -n "$x" ]]; then
     [[ "$x" =~ ^[0-9]+$ ]] && ((x >= 1 && x <= 254)) || die "--subnet must be 1..254 (got '$x')"
   fi
+  if [[ -n "$mtu" ]]; then
+    [[ "$mtu" =~ ^[0-9]+$ ]] && ((mtu >= 68 && mtu <= 65535)) || die "--mtu must be 68..65535 (got '$mtu')"
+  fi
   ((EUID == 0)) || die "must run as root"
   case "$cmd" in
     up)
       [[ -n "$x" ]] || x=$(subnet_of "$name")
-      cmd_up "$name" "$x"
+      cmd_up "$name" "$x" "${mtu:-1500}"
       ;;
     show)
-      [[ -z "$x" ]] || usage
+      [[ -z "$x" && -z "$mtu" ]] || usage
       x=$(subnet_in_use "$name")
       [[ -n "$x" ]] || die "network '$name' is not up"
       facts "$name" "$x"
       ;;
     down)
-      [[ -z "$x" ]] || usage
+      [[ -z "$x" && -z "$mtu" ]] || usage
       cmd_down "$name"
       ;;
     *) usage ;;

@@ -13,9 +13,11 @@
 
 use std::process::Command;
 
-use anyhow::Result;
+use std::time::Duration;
+
+use anyhow::{ensure, Result};
 use kneepoint_tests::{
-    bin, dpdk_files_left, expect, file_prefix, read_json, run, IfManager, Scratch,
+    bin, dpdk_files_left, expect, file_prefix, read_json, run, wait_for_stats, IfManager, Scratch,
 };
 
 fn replay_and_check(name: &str, extra_gen_args: &[&str]) -> Result<()> {
@@ -128,4 +130,80 @@ fn pcap_replay_routes_every_fragment_and_answers_each_unknown_request_once() -> 
 #[test]
 fn pcap_replay_with_vlan_tags() -> Result<()> {
     replay_and_check("pcap-vlan", &["--vlan", "100"])
+}
+
+/// A frame beyond the mbuf's room stays one counted outcome: with the
+/// default `--max-frame` (10240) a 12288-byte fragment (a 12362-byte
+/// frame, more than any 9216-byte MTU carries) arrives from net_pcap
+/// chained over two mbufs and is counted `segmented` (malformed), never
+/// delivered; no mbuf is lost.
+#[test]
+fn a_frame_beyond_max_frame_is_counted_segmented() -> Result<()> {
+    let name = "pcap-oversize";
+    let dir = Scratch::new(name);
+    let (input, out, manifest) = (
+        dir.path("in.pcap"),
+        dir.path("out.pcap"),
+        dir.path("manifest.json"),
+    );
+    // 64×128×3 = 24576 bytes: kp-gen cuts two equal fragments of 12288.
+    run(Command::new(bin("kp-gen"))
+        .arg("--out")
+        .arg(&input)
+        .arg("--manifest")
+        .arg(&manifest)
+        .args([
+            "--requests",
+            "2",
+            "--if-ids",
+            "1",
+            "--deployed",
+            "1",
+            "--input",
+            "synthetic",
+            "--shape",
+            "64x128x3",
+            "--frag-size",
+            "16000",
+            "--seed",
+            "3",
+            "-q",
+        ]))?;
+    let prefix = file_prefix(name);
+    let control = format!("ipc://{}", dir.path("ifm.sock").display());
+    let ifm = IfManager::start(
+        &[],
+        &["--if", "1", "--control", &control].map(String::from),
+        &[
+            "--lcores".into(),
+            "0@0".into(),
+            "--file-prefix".into(),
+            prefix.clone(),
+            "--no-pci".into(),
+            "--no-telemetry".into(),
+            "--vdev".into(),
+            format!(
+                "net_pcap0,rx_pcap={},tx_pcap={}",
+                input.display(),
+                out.display()
+            ),
+        ],
+    )?;
+    wait_for_stats(&control, Duration::from_secs(20), |s| {
+        s["outcomes"]["delivered"].as_u64().unwrap_or(0)
+            + s["outcomes"]["malformed"].as_u64().unwrap_or(0)
+            >= 4
+    })?;
+    let report = ifm.stop()?;
+    ensure!(
+        report["outcomes"]["delivered"] == 0
+            && report["outcomes"]["malformed"] == 4
+            && report["malformed"]["segmented"] == 4
+            && report["mempool"]["max_frame"] == 10240
+            && report["mempool"]["in_use_at_exit"] == 0,
+        "if-manager: {report}"
+    );
+    let left = dpdk_files_left(&prefix);
+    ensure!(left.is_empty(), "DPDK files left behind: {left:?}");
+    Ok(())
 }

@@ -17,6 +17,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
+use kneepoint_tests::platform::af_packet_vdev;
 use kneepoint_tests::{
     bin, control, dpdk_files_left, expect, file_prefix, read_json, repo_root, run, wait_for_stats,
     IfManager, NetnsPair, Scratch,
@@ -37,7 +38,7 @@ fn start_if_manager(net: &NetnsPair, prefix: &str, options: &[&str]) -> Result<I
         "--no-pci".into(),
         "--no-telemetry".into(),
         "--vdev".into(),
-        format!("net_af_packet0,iface={}", net.get("PLATFORM_IF")),
+        af_packet_vdev(net.get("PLATFORM_IF")),
     ];
     let mut opts: Vec<String> = options.iter().map(|s| s.to_string()).collect();
     opts.extend(["--ip".into(), net.get("PLATFORM_IP").into()]);

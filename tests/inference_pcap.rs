@@ -329,3 +329,53 @@ fn a_full_ring_sheds_requests_and_each_still_gets_exactly_one_answer() -> Result
     eprintln!("{ok} OK, {overloaded} OVERLOADED, {shed} shed notices");
     Ok(())
 }
+
+/// Jumbo fragments (issue 14, item 0): requests cut into 4 KiB and 8 KiB
+/// fragments (frames of 4170 and 8266 bytes, beyond a 1500-byte MTU) go
+/// through net_pcap, the if-manager and squeezenet. Each fits one mbuf of
+/// the if-manager's default `--max-frame` (10240), so none is counted
+/// `segmented` and every request gets exactly one OK answer matching
+/// onnxruntime.
+#[test]
+fn jumbo_fragments_of_4_and_8_kib_are_each_answered_ok() -> Result<()> {
+    for frag in ["4096", "8192"] {
+        let dir = Scratch::new(&format!("inference-jumbo-{frag}"));
+        let (m, answers, reference, report) = replay(
+            &dir,
+            &[
+                "--requests",
+                "6",
+                "--if-ids",
+                "1",
+                "--deployed",
+                "1",
+                "--input",
+                "synthetic",
+                "--frag-size",
+                frag,
+                "--interleave",
+                "2",
+                "--seed",
+                "14",
+            ],
+            &["squeezenet"],
+            &[],
+        )?;
+        let (ok, overloaded) = check(&m, &answers, &reference, 1e-4, false)?;
+        ensure!(
+            (ok, overloaded) == (6, 0),
+            "{frag}-byte fragments: {ok} OK, {overloaded} OVERLOADED of 6"
+        );
+        let ifm = &report["if_manager"];
+        // 224×224×3 = 150528 bytes: 37 fragments of 4096, 19 of 8192.
+        let per_request = if frag == "4096" { 37 } else { 19 };
+        ensure!(
+            ifm["outcomes"]["delivered"] == 6 * per_request
+                && ifm["outcomes"]["malformed"] == 0
+                && ifm["malformed"]["segmented"] == 0
+                && ifm["mempool"]["max_frame"] == 10240,
+            "{frag}-byte fragments: {ifm}"
+        );
+    }
+    Ok(())
+}

@@ -9,7 +9,7 @@
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::eal;
+use kneepoint_tests::platform::{af_packet_vdev, eal};
 use kneepoint_tests::{
     bin, dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch,
 };
@@ -45,7 +45,7 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
     let telemetry = format!("ipc://{}", dir.path("telemetry.sock").display());
     let ns = ["ip", "netns", "exec", net.get("PLATFORM_NS")];
 
-    let vdev = format!("net_af_packet0,iface={}", net.get("PLATFORM_IF"));
+    let vdev = af_packet_vdev(net.get("PLATFORM_IF"));
     let ifm = Daemon::start(
         &ns,
         &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),

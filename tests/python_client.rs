@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::eal;
+use kneepoint_tests::platform::{af_packet_vdev, eal};
 use kneepoint_tests::{dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch};
 use serde_json::Value;
 
@@ -44,7 +44,7 @@ fn python_client_classifies_a_photo_and_shares_one_client_between_threads() -> R
     let control = format!("ipc://{}", dir.path("ifm.sock").display());
     let ns = ["ip", "netns", "exec", net.get("PLATFORM_NS")];
 
-    let vdev = format!("net_af_packet0,iface={}", net.get("PLATFORM_IF"));
+    let vdev = af_packet_vdev(net.get("PLATFORM_IF"));
     let ifm = Daemon::start(
         &ns,
         &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),

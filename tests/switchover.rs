@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::eal;
+use kneepoint_tests::platform::{af_packet_vdev, eal};
 use kneepoint_tests::{
     bin, control, dpdk_files_left, file_prefix, repo_root, BackgroundClient, Daemon, NetnsPair,
     Scratch,
@@ -50,7 +50,7 @@ impl Platform {
         let dir = Scratch::new(name);
         let prefix = file_prefix(name);
         let ifm_control = format!("ipc://{}", dir.path("ifm.sock").display());
-        let vdev = format!("net_af_packet0,iface={}", net.get("PLATFORM_IF"));
+        let vdev = af_packet_vdev(net.get("PLATFORM_IF"));
         let ifm = Daemon::start(
             &["ip", "netns", "exec", net.get("PLATFORM_NS")],
             &["--control", &ifm_control, "--ip", net.get("PLATFORM_IP")].map(String::from),

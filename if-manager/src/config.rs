@@ -47,6 +47,18 @@ pub struct Args {
     #[arg(long, default_value_t = 32767)]
     pub mbufs: u32,
 
+    /// Largest Ethernet frame (bytes, without the FCS) one mbuf holds: each
+    /// mbuf gets this much data room plus DPDK's 128-byte headroom. The
+    /// default, 10240, takes any frame of a 9216-byte MTU (jumbo
+    /// fragments) in one segment; a larger frame arrives chained and is
+    /// counted `segmented`. On net_af_packet give the vdev
+    /// `framesz=10240,blocksz=20480` too (the PMD refuses a frame size that
+    /// does not fit the mbuf). 2048 (a 1500-byte MTU) costs a quarter of
+    /// the hugepage memory: README "Jumbo frames".
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_FRAME,
+          value_parser = parse_max_frame)]
+    pub max_frame: u16,
+
     /// RX descriptors of the port's queue.
     #[arg(long, default_value_t = 1024)]
     pub rx_desc: u16,
@@ -101,6 +113,29 @@ pub struct Args {
     /// DPDK EAL arguments (after `--`).
     #[arg(last = true, value_name = "EAL ARGS")]
     pub eal: Vec<String>,
+}
+
+/// The default of `--max-frame`: a 9216-byte MTU's frame (9216 + 14
+/// Ethernet + 4 VLAN bytes) with room to spare, rounded to 10 KiB.
+pub const DEFAULT_MAX_FRAME: u16 = 10240;
+
+/// DPDK's `RTE_PKTMBUF_HEADROOM`: free bytes before a received frame.
+pub const MBUF_HEADROOM: u16 = 128;
+
+/// The smallest `--max-frame`: a full standard-MTU frame with a VLAN tag.
+pub const MIN_MAX_FRAME: u16 = 1522;
+
+fn parse_max_frame(s: &str) -> Result<u16, String> {
+    let n: u16 = s
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of bytes (up to 65407)"))?;
+    if !(MIN_MAX_FRAME..=u16::MAX - MBUF_HEADROOM).contains(&n) {
+        return Err(format!(
+            "{n} is not in {MIN_MAX_FRAME}..={} (a frame of a 1500-byte MTU up to DPDK's largest mbuf)",
+            u16::MAX - MBUF_HEADROOM
+        ));
+    }
+    Ok(n)
 }
 
 const EAL_HELP: &str = "\
@@ -166,6 +201,9 @@ mod tests {
         assert_eq!(a.ifs, vec![(IfId(1), None), (IfId(2), Some(1024))]);
         assert_eq!(a.exit_when_idle, Some(Duration::from_millis(500)));
         assert_eq!(a.eal, ["-l", "0", "--vdev", "net_pcap0,rx_pcap=a.pcap"]);
+        assert_eq!(a.max_frame, 10240);
+        let a = Args::try_parse_from(["if-manager", "--max-frame", "2048"]).unwrap();
+        assert_eq!(a.max_frame, 2048);
     }
 
     #[test]
@@ -175,6 +213,9 @@ mod tests {
             vec!["if-manager", "--if", "1:1000"],
             vec!["if-manager", "--ring-size", "3"],
             vec!["if-manager", "--exit-when-idle", "-1"],
+            vec!["if-manager", "--max-frame", "1521"],
+            vec!["if-manager", "--max-frame", "65408"],
+            vec!["if-manager", "--max-frame", "9k"],
         ] {
             assert!(
                 Args::try_parse_from(&bad).is_err(),

@@ -23,7 +23,7 @@ use dpdk::{Eal, Mempool, Port, PortId, ProcessType, Ring, RingFlags};
 use serde_json::{json, Value};
 
 use if_manager::classify::DstFilter;
-use if_manager::config::{names, Args};
+use if_manager::config::{names, Args, MBUF_HEADROOM};
 use if_manager::control::{self, drain_ring, Gate, Registry};
 use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
@@ -33,9 +33,6 @@ use kp_schema::messages::{Readiness, ReadyRole};
 use kp_wire::answered::AnsweredTable;
 use libml::backoff::IdleBackoff;
 
-/// Per-mbuf data room: DPDK's default (2048 bytes + headroom) holds any
-/// standard-MTU frame, so a fragment is always one segment.
-const MBUF_DATA_ROOM: u16 = 2048 + 128;
 /// Per-lcore mempool cache: DPDK's recommended size for bursts of 32.
 const MBUF_CACHE: u32 = 256;
 
@@ -88,7 +85,9 @@ fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result
         names::MEMPOOL,
         args.mbufs,
         MBUF_CACHE,
-        MBUF_DATA_ROOM,
+        // Per-mbuf data room: --max-frame (jumbo by default) + headroom, so
+        // a frame up to it is one segment, as the IFs read it.
+        args.max_frame + MBUF_HEADROOM,
         socket,
     )
     .context("creating the mbuf pool")?;
@@ -229,6 +228,7 @@ fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result
     report["drained_at_exit"] = json!({ "if_rings": drained, "tx_ring": tx_drained });
     report["mempool"] = json!({
         "size": pool.size(),
+        "max_frame": args.max_frame,
         "in_use_at_exit": pool.in_use_count(),
     });
     Ok(report)

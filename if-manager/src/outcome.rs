@@ -110,8 +110,9 @@ pub enum MalformedReason {
     Frame(FrameErrorKind),
     /// The kneepoint request-fragment header breaks docs/PROTOCOL.md.
     Header(MalformedKind),
-    /// The frame did not fit one mbuf segment (larger than any valid
-    /// fragment on a standard MTU).
+    /// The frame did not fit one mbuf segment: larger than the
+    /// if-manager's `--max-frame` (10240 bytes unless set, more than a
+    /// 9216-byte MTU's frame), so the PMD chained it (net_pcap does).
     Segmented,
 }
 

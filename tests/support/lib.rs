@@ -292,9 +292,20 @@ pub struct NetnsPair {
 impl NetnsPair {
     /// Creates the pair, or fails loudly saying why (no silent pass).
     pub fn up(name: &str) -> Result<NetnsPair> {
+        NetnsPair::up_mtu(name, None)
+    }
+
+    /// [`up`](NetnsPair::up) with both ends' MTU set to `mtu` (9000 for
+    /// jumbo fragments); `None` leaves the kernel's 1500.
+    pub fn up_mtu(name: &str, mtu: Option<u32>) -> Result<NetnsPair> {
         let script = repo_root().join("scripts/netns.sh");
         let _ = Command::new(&script).args(["down", name]).output();
-        let out = run(Command::new(&script).args(["up", name])).context(
+        let mut up = Command::new(&script);
+        up.args(["up", name]);
+        if let Some(mtu) = mtu {
+            up.args(["--mtu", &mtu.to_string()]);
+        }
+        let out = run(&mut up).context(
             "CANNOT CREATE NETWORK NAMESPACES: this test needs root and `ip netns` (iproute2)",
         )?;
         let facts = out

@@ -65,7 +65,7 @@ tuning = false
 wrap = ["ip", "netns", "exec", "{ns}"]
 options = ["--ip", "{ip}"]
 eal = ["--lcores", "0@0", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
-       "--vdev", "net_af_packet0,iface={iface}"]
+       "--vdev", "net_af_packet0,iface={iface},framesz=10240,blocksz=20480"]
 file_prefix = "{prefix}"
 "#,
         models = repo_root().join("models").display(),

@@ -31,6 +31,16 @@ pub fn eal(prefix: &str, lcores: &str, extra: &[impl AsRef<str>]) -> Vec<String>
     .collect()
 }
 
+/// The if-manager's `--vdev` for a veth end `iface`: net_af_packet with
+/// ring frames of 10 KiB (`framesz`, two per 20 KiB block: a block is a
+/// whole number of 4 KiB pages), so the kernel hands over whole frames of
+/// a 9000-byte MTU, which the if-manager's default `--max-frame` (10240)
+/// holds in one mbuf. DPDK's default frame (2048 bytes) would truncate
+/// any frame over 1982 bytes.
+pub fn af_packet_vdev(iface: &str) -> String {
+    format!("net_af_packet0,iface={iface},framesz=10240,blocksz=20480")
+}
+
 /// A running if-manager + one kp-if in a network namespace. Dropping it
 /// stops everything (the processes, then the namespaces); [`Platform::stop`]
 /// does the same and returns the final reports.
@@ -59,6 +69,12 @@ impl Platform {
     /// with two threads under a generous SLO (a busy test machine still
     /// serves; shedding is the batching tests' job).
     pub fn up(test: &str, model: &Path) -> Result<Platform> {
+        Platform::up_mtu(test, model, None)
+    }
+
+    /// [`up`](Platform::up) on a veth pair whose MTU is `mtu` (9000 for
+    /// jumbo fragments); `None` leaves the kernel's 1500.
+    pub fn up_mtu(test: &str, model: &Path, mtu: Option<u32>) -> Result<Platform> {
         ensure!(
             model.exists(),
             "{} is missing: run `make models` first",
@@ -66,13 +82,13 @@ impl Platform {
         );
         // netns.sh names are at most 12 characters: kp + 5 + 5 digits.
         let short: String = test.chars().take(5).collect();
-        let net = NetnsPair::up(&format!("kp{short}{}", std::process::id() % 100_000))?;
+        let net = NetnsPair::up_mtu(&format!("kp{short}{}", std::process::id() % 100_000), mtu)?;
         let dir = Scratch::new(test);
         let prefix = file_prefix(test);
         let control = format!("ipc://{}", dir.path("ifm.sock").display());
         let telemetry = format!("ipc://{}", dir.path("telemetry.sock").display());
         let ns = ["ip", "netns", "exec", net.get("PLATFORM_NS")];
-        let vdev = format!("net_af_packet0,iface={}", net.get("PLATFORM_IF"));
+        let vdev = af_packet_vdev(net.get("PLATFORM_IF"));
         let ifm = Daemon::start(
             &ns,
             &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),

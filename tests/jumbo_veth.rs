@@ -1,0 +1,130 @@
+//! Jumbo fragments on a veth pair (issue 14, item 0): both ends at a
+//! 9000-byte MTU, the if-manager on net_af_packet with 10 KiB ring frames
+//! (`framesz=10240,blocksz=20480`, tests/support `af_packet_vdev`) and its
+//! default `--max-frame` (10240), requests sent by kp-client from the
+//! client namespace in 4 KiB and 8 KiB fragments (frames of 4170 and 8266
+//! bytes). Every request gets exactly one OK answer with the right result,
+//! and the if-manager counts no fragment `segmented` or malformed.
+
+use anyhow::{ensure, Context, Result};
+use kneepoint_tests::platform::{Platform, Reports};
+use kneepoint_tests::{bin, repo_root, run};
+use serde_json::Value;
+
+/// The veth MTU of these tests.
+const JUMBO_MTU: u32 = 9000;
+
+/// The if-manager's report shows `delivered` fragments, every one whole.
+fn check_no_segmented(reports: &Reports, delivered: u64) -> Result<()> {
+    let ifm = &reports.if_manager;
+    ensure!(
+        ifm["outcomes"]["delivered"] == delivered
+            && ifm["outcomes"]["malformed"] == 0
+            && ifm["malformed"]["segmented"] == 0
+            && ifm["mempool"]["max_frame"] == 10240,
+        "if-manager (want {delivered} delivered, none malformed): {ifm}"
+    );
+    Ok(())
+}
+
+/// skimage's coffee.png in 8 KiB fragments: EfficientNet-Lite0 still says
+/// class 967, espresso (tests/real_photo.rs sends the same photo in the
+/// client library's default fragments).
+#[test]
+fn coffee_in_8_kib_fragments_is_an_espresso() -> Result<()> {
+    let models = repo_root().join("models");
+    let photo = repo_root().join("build/photos/coffee.png");
+    ensure!(
+        photo.exists(),
+        "{} is missing: run `make models` first (MODELS=efficientnet_lite0 is enough)",
+        photo.display()
+    );
+    let platform = Platform::up_mtu(
+        "jphot",
+        &models.join("efficientnet_lite0/config.toml"),
+        Some(JUMBO_MTU),
+    )?;
+    let out = run(platform
+        .client_command(&bin("kp-client"))
+        .args([
+            "--dst",
+            &platform.address(),
+            "--if-id",
+            "10",
+            "--timeout",
+            "5s",
+            "--frag-size",
+            "8192",
+        ])
+        .arg("--models")
+        .arg(&models)
+        .arg("--json")
+        .arg("--image")
+        .arg(&photo))?;
+    let reports = platform.stop()?;
+    let answer: Value =
+        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
+    eprintln!("kp-client --image --frag-size 8192: {answer}");
+    let top1 = &answer["top_k"][0];
+    ensure!(
+        answer["image"] == "coffee.png" && answer["if_id"] == 10,
+        "answer: {answer}"
+    );
+    ensure!(
+        top1["class"] == 967 && top1["label"] == "espresso",
+        "top-1 is not 967 espresso: {answer}"
+    );
+    ensure!(
+        reports.kp_if["telemetry"]["answers_total"] == 1,
+        "kp-if: {}",
+        reports.kp_if
+    );
+    // 224×224×3 = 150528 input bytes: 19 fragments of at most 8192.
+    check_no_segmented(&reports, 19)
+}
+
+/// Closed-loop synthetic requests to squeezenet in 4 KiB fragments: each
+/// of them answered once, OK.
+#[test]
+fn squeezenet_requests_in_4_kib_fragments_are_each_answered_ok() -> Result<()> {
+    let requests = 12u64;
+    let platform = Platform::up_mtu(
+        "jsqz4",
+        &repo_root().join("models/squeezenet/config.toml"),
+        Some(JUMBO_MTU),
+    )?;
+    let out = run(platform.client_command(&bin("kp-client")).args([
+        "--dst",
+        &platform.address(),
+        "--if-id",
+        "1",
+        "--timeout",
+        "5s",
+        "--input",
+        "synthetic",
+        "--frag-size",
+        "4096",
+        "--requests",
+        &requests.to_string(),
+        "--json",
+        "--expect-all-answered",
+    ]))?;
+    let reports = platform.stop()?;
+    let client: Value =
+        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
+    ensure!(
+        client["sent"] == requests
+            && client["answered"] == requests
+            && client["unanswered"] == 0
+            && client["duplicates"] == 0
+            && client["status"]["ok"] == requests,
+        "client: {client}"
+    );
+    ensure!(
+        reports.kp_if["telemetry"]["answers_total"] == requests,
+        "kp-if: {}",
+        reports.kp_if
+    );
+    // 224×224×3 = 150528 input bytes: 37 fragments of at most 4096.
+    check_no_segmented(&reports, requests * 37)
+}
