@@ -7,7 +7,7 @@
 //! and the if-manager counts no fragment `segmented` or malformed.
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::{Platform, Reports};
+use kneepoint_tests::platform::{classify_coffee, Platform, Reports};
 use kneepoint_tests::{bin, repo_root, run};
 use serde_json::Value;
 
@@ -32,53 +32,7 @@ fn check_no_segmented(reports: &Reports, delivered: u64) -> Result<()> {
 /// client library's default fragments).
 #[test]
 fn coffee_in_8_kib_fragments_is_an_espresso() -> Result<()> {
-    let models = repo_root().join("models");
-    let photo = repo_root().join("build/photos/coffee.png");
-    ensure!(
-        photo.exists(),
-        "{} is missing: run `make models` first (MODELS=efficientnet_lite0 is enough)",
-        photo.display()
-    );
-    let platform = Platform::up_mtu(
-        "jphot",
-        &models.join("efficientnet_lite0/config.toml"),
-        Some(JUMBO_MTU),
-    )?;
-    let out = run(platform
-        .client_command(&bin("kp-client"))
-        .args([
-            "--dst",
-            &platform.address(),
-            "--if-id",
-            "10",
-            "--timeout",
-            "5s",
-            "--frag-size",
-            "8192",
-        ])
-        .arg("--models")
-        .arg(&models)
-        .arg("--json")
-        .arg("--image")
-        .arg(&photo))?;
-    let reports = platform.stop()?;
-    let answer: Value =
-        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
-    eprintln!("kp-client --image --frag-size 8192: {answer}");
-    let top1 = &answer["top_k"][0];
-    ensure!(
-        answer["image"] == "coffee.png" && answer["if_id"] == 10,
-        "answer: {answer}"
-    );
-    ensure!(
-        top1["class"] == 967 && top1["label"] == "espresso",
-        "top-1 is not 967 espresso: {answer}"
-    );
-    ensure!(
-        reports.kp_if["telemetry"]["answers_total"] == 1,
-        "kp-if: {}",
-        reports.kp_if
-    );
+    let (_, reports) = classify_coffee("jphot", Some(JUMBO_MTU), &["--frag-size", "8192"])?;
     // 224×224×3 = 150528 input bytes: 19 fragments of at most 8192.
     check_no_segmented(&reports, 19)
 }

@@ -7,10 +7,10 @@
 use std::path::Path;
 use std::process::Command;
 
-use anyhow::{ensure, Result};
+use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 
-use crate::{dpdk_files_left, file_prefix, Daemon, NetnsPair, Scratch};
+use crate::{bin, dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch};
 
 /// EAL options of one process of a test platform (`extra` after the
 /// common ones): the one copy every cross-process test uses.
@@ -163,4 +163,65 @@ impl Platform {
         ensure!(left.is_empty(), "DPDK files left behind: {left:?}");
         Ok(Reports { kp_if, if_manager })
     }
+}
+
+/// skimage's coffee.png (build/photos/, from `make models`) classified
+/// through a whole platform: `kp-client --image` (the client library's
+/// preprocessing, `extra` options added, e.g. a fragment size) from the
+/// client namespace to EfficientNet-Lite0 (if 10, trained weights) on a
+/// veth pair of `mtu` (None: the kernel's default). Checks the answer is
+/// ImageNet class 967 "espresso" with the softmax score the model
+/// repository's check saw (> 0.5), five classes, and that kp-if answered
+/// exactly one request; returns kp-client's answer and the reports.
+pub fn classify_coffee(test: &str, mtu: Option<u32>, extra: &[&str]) -> Result<(Value, Reports)> {
+    let models = repo_root().join("models");
+    let photo = repo_root().join("build/photos/coffee.png");
+    ensure!(
+        photo.exists(),
+        "{} is missing: run `make models` first (MODELS=efficientnet_lite0 is enough)",
+        photo.display()
+    );
+    let platform = Platform::up_mtu(test, &models.join("efficientnet_lite0/config.toml"), mtu)?;
+    let out = run(platform
+        .client_command(&bin("kp-client"))
+        .args([
+            "--dst",
+            &platform.address(),
+            "--if-id",
+            "10",
+            "--timeout",
+            "5s",
+        ])
+        .args(extra)
+        .arg("--models")
+        .arg(&models)
+        .arg("--json")
+        .arg("--image")
+        .arg(&photo))?;
+    let reports = platform.stop()?;
+    let answer: Value =
+        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
+    eprintln!("kp-client --image {extra:?}: {answer}");
+    let top1 = &answer["top_k"][0];
+    ensure!(
+        answer["image"] == "coffee.png" && answer["if_id"] == 10,
+        "answer: {answer}"
+    );
+    ensure!(
+        top1["class"] == 967 && top1["label"] == "espresso",
+        "top-1 is not 967 espresso: {answer}"
+    );
+    // The model ends in a softmax: the repository's check saw 0.95.
+    let score = top1["score"].as_f64().context("no score")?;
+    ensure!(score > 0.5, "espresso only {score}: {answer}");
+    ensure!(
+        answer["top_k"].as_array().map(Vec::len) == Some(5),
+        "top-k of efficientnet_lite0 is 5: {answer}"
+    );
+    ensure!(
+        reports.kp_if["telemetry"]["answers_total"] == 1,
+        "kp-if: {}",
+        reports.kp_if
+    );
+    Ok((answer, reports))
 }
