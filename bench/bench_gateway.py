@@ -12,7 +12,9 @@ so a drift of the machine hits both alike. Targets: the gateway adds
 Per round:
   - latency at equal load: open loop at --rate (Poisson) over UDP, then over
     HTTP; each tool's round trip p50/p99 (µs, from the request's scheduled
-    time to its answer); added = HTTP - UDP, per round;
+    time to its answer); added = HTTP - UDP, per round; and each tool's
+    send lag behind the schedule (p50), which is in its round trip: the
+    gap between the two lags is the load tools', not the gateway's;
   - the gateway's CPU per request: its process's utime + stime
     (/proc/PID/stat) over the HTTP latency run, divided by its answers;
     beside it kp-client's over the UDP run (getrusage of the child), what
@@ -67,7 +69,8 @@ def udp(a, *load: str) -> dict[str, Any]:
     return {"ok_per_s": r["throughput"] * ok / max(r["answered"], 1), "status": r["status"],
             "throughput": r["throughput"], "ok": ok, "sent": r["sent"], "answered": r["answered"],
             "client_cpu_us_per_request": 1e6 * cpu / max(r["answered"], 1),
-            "p50_us": r["rtt_us"]["p50"], "p99_us": r["rtt_us"]["p99"]}
+            "p50_us": r["rtt_us"]["p50"], "p99_us": r["rtt_us"]["p99"],
+            "lag_p50_us": (r.get("lag_us") or {}).get("p50", 0)}
 
 
 def http(a, rate: float, connections: int) -> dict[str, Any]:
@@ -76,7 +79,8 @@ def http(a, rate: float, connections: int) -> dict[str, Any]:
                   "--duration", f"{a.duration}s", "--timeout", "5s", "--input", "synthetic", "--json"])
     return {"ok_per_s": r["ok_per_s"], "throughput": r["throughput"],
             "ok": r["status"].get("ok", 0), "sent": r["sent"], "answered": r["answered"],
-            "status": r["status"], "p50_us": r["rtt_us"]["p50"], "p99_us": r["rtt_us"]["p99"]}
+            "status": r["status"], "p50_us": r["rtt_us"]["p50"], "p99_us": r["rtt_us"]["p99"],
+            "lag_p50_us": (r.get("lag_us") or {}).get("p50", 0)}
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -120,6 +124,12 @@ def main() -> None:
             "udp_p50_us": lat_udp["p50_us"], "udp_p99_us": lat_udp["p99_us"],
             "http_p50_us": lat_http["p50_us"], "http_p99_us": lat_http["p99_us"],
             "added_p50_us": lat_http["p50_us"] - lat_udp["p50_us"],
+            # Each tool's own send lag behind the schedule (kp-client sends
+            # from its pacer; kp-http-load's pacer hands each request to a
+            # worker thread first): in its round trip, not the gateway's.
+            "udp_lag_p50_us": lat_udp["lag_p50_us"], "http_lag_p50_us": lat_http["lag_p50_us"],
+            "added_p50_beyond_lag_us": (lat_http["p50_us"] - lat_http["lag_p50_us"])
+                - (lat_udp["p50_us"] - lat_udp["lag_p50_us"]),
             "added_p99_us": lat_http["p99_us"] - lat_udp["p99_us"],
             "gateway_cpu_us_per_request": 1e6 * cpu / max(lat_http["answered"], 1),
             "udp_client_cpu_us_per_request": lat_udp["client_cpu_us_per_request"],
@@ -131,14 +141,15 @@ def main() -> None:
         }
         rounds.append(r)
         print(f"round {i + 1}: p50 udp {r['udp_p50_us']} http {r['http_p50_us']} "
-              f"(+{r['added_p50_us']} us), p99 udp {r['udp_p99_us']} http {r['http_p99_us']}; "
+              f"(+{r['added_p50_us']} us; send lag udp {r['udp_lag_p50_us']} http {r['http_lag_p50_us']}), p99 udp {r['udp_p99_us']} http {r['http_p99_us']}; "
               f"CPU/request gateway {r['gateway_cpu_us_per_request']:.0f} us, kp-client "
               f"{r['udp_client_cpu_us_per_request']:.0f} us; capacity {r['udp_capacity']:.1f}/s offered: "
               f"udp {r['udp_ok_per_s']:.1f}/s http {r['http_ok_per_s']:.1f}/s ({100 * r['capacity_ratio']:.0f}%)",
               flush=True)
     if not rounds:
         raise SystemExit(f"bench_gateway.py: no round completed ({stopped})")
-    keys = ["udp_p50_us", "http_p50_us", "added_p50_us", "udp_p99_us", "http_p99_us", "added_p99_us",
+    keys = ["udp_p50_us", "http_p50_us", "added_p50_us", "udp_lag_p50_us", "http_lag_p50_us",
+            "added_p50_beyond_lag_us", "udp_p99_us", "http_p99_us", "added_p99_us",
             "gateway_cpu_us_per_request", "udp_client_cpu_us_per_request", "gateway_own_cpu_us_per_request",
             "udp_capacity", "udp_ok_per_s", "http_ok_per_s", "capacity_ratio"]
     summary = {
@@ -149,7 +160,8 @@ def main() -> None:
     }
     s = summary
     print(f"summary ({len(rounds)} rounds, median [min..max]): added p50 {s['added_p50_us']['median']:.0f} us "
-          f"[{s['added_p50_us']['min']:.0f}..{s['added_p50_us']['max']:.0f}], added p99 "
+          f"[{s['added_p50_us']['min']:.0f}..{s['added_p50_us']['max']:.0f}] "
+          f"({s['added_p50_beyond_lag_us']['median']:.0f} beyond each tool's send lag), added p99 "
           f"{s['added_p99_us']['median']:.0f} us, gateway CPU {s['gateway_cpu_us_per_request']['median']:.0f} "
           f"us/request ({s['gateway_own_cpu_us_per_request']['median']:.0f} beyond kp-client's), capacity kept {100 * s['capacity_ratio']['median']:.0f}% "
           f"[{100 * s['capacity_ratio']['min']:.0f}..{100 * s['capacity_ratio']['max']:.0f}]")
