@@ -61,6 +61,10 @@
 //! - [`Client::poll_replies`]: `poll` with each answer's [`Reply`] (status,
 //!   batch size, platform latency, send and arrival instants) for error
 //!   statuses too; what the load tool kp-client accounts with.
+//! - [`Client::on_result`]: results of submitted requests handed to a
+//!   callback on the receiver thread as they end, instead of `poll`: for
+//!   an async front end (kp-gateway) that completes each request's future
+//!   from there, without a thread of its own in between.
 //! - [`Stats`]: what every datagram received was (answers, duplicates,
 //!   late, unexpected, malformed) and how requests ended.
 //! - [`Prepared`]: a request cut into its datagrams, not yet sent
@@ -154,7 +158,7 @@
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, ToSocketAddrs, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -370,6 +374,18 @@ struct Shared {
     /// fresh one per request would be zeroed, or page-faulted in, every
     /// time): at most [`SPARE_BUFFERS`].
     spare: Mutex<Vec<Vec<u8>>>,
+    /// Where the results of submitted requests go, once set
+    /// ([`Client::on_result`]).
+    hook: OnceLock<ResultHook>,
+}
+
+/// A callback for results ([`Client::on_result`]).
+struct ResultHook(Box<dyn Fn(RequestId, Result<Answer, ClientError>) + Send + Sync>);
+
+impl std::fmt::Debug for ResultHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResultHook")
+    }
 }
 
 /// Datagram buffers a client keeps for reuse (one per request in the
@@ -414,6 +430,7 @@ impl Client {
             next_id: AtomicU64::new(cfg.first_request_id.unwrap_or_else(first_request_id)),
             closing: AtomicBool::new(false),
             spare: Mutex::new(Vec::new()),
+            hook: OnceLock::new(),
         });
         let receiver = {
             let shared = Arc::clone(&shared);
@@ -625,6 +642,35 @@ impl Client {
         }
     }
 
+    /// From now on, hands the result of every submitted request (`submit`,
+    /// `submit_with_timeout`, `send`) to `f` as it ends, once each, instead
+    /// of keeping it for [`poll`](Self::poll); results that ended before
+    /// are handed over here, at once. `infer` and [`wait`](Self::wait)
+    /// work as before. Set once per client
+    /// ([`ClientError::Config`] the second time).
+    ///
+    /// `f` runs on the client's receiver thread, with no lock held: it
+    /// must be quick (it delays every answer behind it) and must not
+    /// block on this client (`wait`, `poll`, `infer`). It is what an
+    /// async front end needs to complete a future per request: each
+    /// answer costs the receiver thread's wake-up and the future's, with
+    /// no thread in between (a thread blocked in `poll` would be one more
+    /// cross-thread wake-up per answer). A timeout is noticed by the
+    /// receiver thread, within [`RECV_POLL`] of it. Should `submit` fail
+    /// after the first datagrams went out (a send error), an answer that
+    /// already came for that request may have reached `f`.
+    pub fn on_result(
+        &self,
+        f: impl Fn(RequestId, Result<Answer, ClientError>) + Send + Sync + 'static,
+    ) -> Result<(), ClientError> {
+        self.shared
+            .hook
+            .set(ResultHook(Box::new(f)))
+            .map_err(|_| ClientError::Config("on_result is set once per client".into()))?;
+        deliver_ready(&self.shared);
+        Ok(())
+    }
+
     /// Requests outstanding (sent, not ended).
     pub fn outstanding(&self) -> usize {
         self.shared.book().outstanding()
@@ -803,7 +849,19 @@ fn receive_loop(socket: &UdpSocket, shared: &Shared) {
         // Notified after unlocking, so a woken waiter finds the lock free.
         drop(book);
         if ended > 0 {
+            deliver_ready(shared);
             shared.ended.notify_all();
+        }
+    }
+}
+
+/// Hands the results ready for `poll` to the [`Client::on_result`]
+/// callback, if one is set, outside the lock.
+fn deliver_ready(shared: &Shared) {
+    if let Some(hook) = shared.hook.get() {
+        let ready = shared.book().take_ready();
+        for (id, result) in ready {
+            (hook.0)(id, result);
         }
     }
 }

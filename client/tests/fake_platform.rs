@@ -598,3 +598,59 @@ fn prepared_requests_carry_the_same_bytes_and_are_checked_like_submit() {
     std::thread::sleep(Duration::from_millis(50));
     assert_eq!(platform.seen().len(), before, "nothing was sent");
 }
+
+#[test]
+fn on_result_hands_each_submitted_result_to_the_callback_once() {
+    // First byte: 0 silent (a timeout), 1 OVERLOADED, else OK after a few ms.
+    let platform = FakePlatform::start(|_, p, _| match p[0] {
+        0 => Act::Silent,
+        1 => Act::Answer(Status::Overloaded),
+        _ => Act::Delay(Duration::from_millis(u64::from(p[0] % 5))),
+    });
+    let client = Config::builder(platform.addr)
+        .timeout(Duration::from_millis(300))
+        .connect()
+        .unwrap();
+    // Ended before the callback was set: handed over when it is.
+    let early = client.submit(1, &[2; 3000]).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = Mutex::new(tx);
+    client
+        .on_result(move |id, r| tx.lock().unwrap().send((id, r)).unwrap())
+        .unwrap();
+    assert!(matches!(
+        client.on_result(|_, _| {}),
+        Err(ClientError::Config(_))
+    ));
+    let silent = client.submit(1, &[0; 10]).unwrap();
+    let shed = client.submit(1, &[1; 10]).unwrap();
+    let ok: Vec<RequestId> = (2..12u8)
+        .map(|i| client.submit(1, &[i; 3000]).unwrap())
+        .collect();
+    // `infer` still returns its own result, and it never reaches the callback.
+    let inferred = client.infer(1, &[3; 100]).unwrap().request_id;
+    let mut got = HashMap::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.len() < 13 && Instant::now() < until {
+        if let Ok((id, r)) = rx.recv_timeout(Duration::from_millis(50)) {
+            assert!(got.insert(id, r).is_none(), "{id} delivered twice");
+        }
+    }
+    assert_eq!(got.len(), 13, "{:?}", got.keys());
+    assert!(got[&early].is_ok());
+    assert!(matches!(got[&silent], Err(ClientError::Timeout(_))));
+    assert!(matches!(got[&shed], Err(ClientError::Overloaded)));
+    for id in &ok {
+        assert!(got[id].is_ok(), "{id}: {:?}", got[id]);
+    }
+    assert!(!got.contains_key(&inferred));
+    assert!(
+        client.poll(Duration::ZERO).is_empty(),
+        "nothing left for poll"
+    );
+    assert!(
+        rx.recv_timeout(Duration::from_millis(100)).is_err(),
+        "nothing more"
+    );
+}
