@@ -1,35 +1,32 @@
-//! From kneepoint-client's blocking submit/poll API to futures: one
-//! [`Client`] (one UDP socket) shared by every HTTP request, and one
-//! thread that polls it and completes each request's oneshot channel.
+//! From kneepoint-client's blocking submit API to futures: one [`Client`]
+//! (one UDP socket) shared by every HTTP request, whose receiver thread
+//! completes each request's oneshot channel as its answer comes
+//! ([`Client::on_result`]).
 //!
 //! Why not `spawn_blocking(|| client.infer(..))`: that parks one blocking
 //! thread per request in flight (tokio's pool grows to 512 of them, each
 //! with its stack), and every answer wakes its own thread. Here a request
 //! in flight costs a map entry and a oneshot; `submit` only cuts and sends
 //! the datagrams (a few `sendmmsg` calls, done on the calling task: a UDP
-//! send does not wait for the peer), and one poller thread hands every
-//! answer to its task. Each request ends exactly once (the client
-//! guarantees an answer, an error or its timeout), so no entry is left
-//! behind; a task that gave up (its HTTP connection closed) just drops its
-//! receiver and the answer is discarded.
+//! send does not wait for the peer), and the client's receiver thread
+//! hands every answer to its task. Why not a thread of ours blocked in
+//! `Client::poll`: that is one more cross-thread wake-up per answer (the
+//! receiver wakes the poller, the poller wakes the task). Each request
+//! ends exactly once (the client guarantees an answer, an error or its
+//! timeout), so no entry is left behind; a task that gave up (its HTTP
+//! connection closed) just drops its receiver and the answer is discarded.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use kneepoint_client::{Answer, Client, ClientError};
 use tokio::sync::oneshot;
 
-/// How long the poller blocks in one `poll` before it looks at whether
-/// the bridge is being dropped.
-const POLL_WAIT: Duration = Duration::from_millis(50);
-
 type Outcome = Result<Answer, ClientError>;
 
 /// A request's place in the table: a task waiting for it, or its result
-/// when the poller had it before `submit` returned (a fast UNKNOWN_IF).
+/// when the receiver had it before `submit` returned (a fast UNKNOWN_IF).
 #[derive(Debug)]
 enum Slot {
     Waiting(oneshot::Sender<Outcome>),
@@ -45,47 +42,30 @@ impl Table {
     }
 }
 
-/// The platform, as futures: [`Bridge::infer`].
+/// The platform, as futures: [`Bridge::submit`].
 #[derive(Debug)]
 pub struct Bridge {
-    client: Arc<Client>,
+    client: Client,
     table: Arc<Table>,
-    closing: Arc<AtomicBool>,
-    poller: Option<JoinHandle<()>>,
 }
 
 impl Bridge {
-    /// Starts the poller thread for `client`.
-    pub fn new(client: Client) -> std::io::Result<Bridge> {
-        let client = Arc::new(client);
+    /// Has `client`'s receiver thread complete the bridge's requests.
+    pub fn new(client: Client) -> Result<Bridge, ClientError> {
         let table = Arc::new(Table::default());
-        let closing = Arc::new(AtomicBool::new(false));
-        let poller = {
-            let (client, table, closing) = (client.clone(), table.clone(), closing.clone());
-            std::thread::Builder::new()
-                .name("kp-gateway-poll".into())
-                .spawn(move || {
-                    while !closing.load(Ordering::Acquire) {
-                        for (id, result) in client.poll(POLL_WAIT) {
-                            let mut table = table.lock();
-                            match table.remove(&id.0) {
-                                // A receiver gone (the HTTP request was
-                                // dropped) is no error.
-                                Some(Slot::Waiting(tx)) => drop(tx.send(result)),
-                                Some(Slot::Done(_)) | None => {
-                                    table.insert(id.0, Slot::Done(result));
-                                }
-                            }
-                        }
-                    }
-                })?
-        };
-        Ok(Bridge {
-            client,
-            table,
-            closing,
-            poller: Some(poller),
-        })
+        let t = Arc::clone(&table);
+        client.on_result(move |id, result| {
+            let mut table = t.lock();
+            match table.remove(&id.0) {
+                // A receiver gone (the HTTP request was dropped) is no
+                // error.
+                Some(Slot::Waiting(tx)) => drop(tx.send(result)),
+                Some(Slot::Done(_)) | None => {
+                    table.insert(id.0, Slot::Done(result));
+                }
+            }
+        })?;
+        Ok(Bridge { client, table })
     }
 
     /// The client underneath (its counters, its address).
@@ -116,8 +96,8 @@ impl Bridge {
         Ok(async move {
             match early {
                 Some(result) => result,
-                // The poller only drops a sender after sending on it, or
-                // when the bridge is dropped.
+                // The receiver only drops a sender after sending on it, or
+                // when the client is dropped.
                 None => rx
                     .await
                     .unwrap_or_else(|_| Err(ClientError::Config("gateway shutting down".into()))),
@@ -132,15 +112,5 @@ impl Bridge {
             .values()
             .filter(|s| matches!(s, Slot::Waiting(_)))
             .count()
-    }
-}
-
-impl Drop for Bridge {
-    fn drop(&mut self) {
-        self.closing.store(true, Ordering::Release);
-        if let Some(p) = self.poller.take() {
-            // It notices within POLL_WAIT; it never panics.
-            let _ = p.join();
-        }
     }
 }

@@ -49,6 +49,12 @@ pub const JSON_BYTES_PER_ELEMENT: usize = 26;
 
 /// The header carrying the JSON part's length in the binary form.
 pub const HEADER_LENGTH: &str = "inference-header-content-length";
+/// The response header of a successful `infer` that says how long the
+/// platform took for it: the UDP round trip (first fragment sent to answer
+/// received), µs; for a batch, its longest item. A client that times the
+/// HTTP exchange can tell from it what the gateway and the HTTP hop added,
+/// request by request (kp-http-load reports it as `beyond_platform_us`).
+pub const PLATFORM_RTT_HEADER: &str = "kneepoint-platform-rtt-us";
 
 /// What the gateway is allowed to use.
 #[derive(Clone, Debug)]
@@ -588,6 +594,10 @@ async fn infer_inner(gw: &Gateway, name: &str, req: Request) -> Result<Response,
         .own_time(u64::try_from(own.as_micros()).unwrap_or(u64::MAX));
     let mut r = Response::new(Body::from(out.body));
     let h = r.headers_mut();
+    h.insert(
+        PLATFORM_RTT_HEADER,
+        HeaderValue::from(u64::try_from(platform.as_micros()).unwrap_or(u64::MAX)),
+    );
     match out.header_len {
         Some(n) => {
             h.insert(

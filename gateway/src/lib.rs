@@ -27,8 +27,9 @@
 //!   size checked against `Content-Length` before the body is read, a
 //!   gateway-wide budget of body bytes, a body timeout) are in [`http`].
 //! - **Platform**: one `kneepoint_client::Client` (one UDP socket) for all
-//!   requests, bridged to futures by one poller thread ([`bridge`], which
-//!   says why this rather than `spawn_blocking` around `infer`).
+//!   requests, bridged to futures by its receiver thread completing each
+//!   request's oneshot ([`bridge`], which says why this rather than
+//!   `spawn_blocking` around `infer` or a poller thread).
 //! - **Statuses**: each platform status and client error has its HTTP code
 //!   ([`http::platform_status`]); errors are `{"error": "..."}` bodies.
 //! - **Readiness**: a model is ready when an IF answers for its if_id: a

@@ -419,6 +419,7 @@ fn infer_json_and_binary_forms() {
     let hl = header.len().to_string();
     let mut c = gw.connect();
     for _ in 0..2 {
+        let sent = std::time::Instant::now();
         c.send(
             "POST",
             "/v2/models/ok/versions/1/infer",
@@ -426,8 +427,19 @@ fn infer_json_and_binary_forms() {
             &body,
         );
         let r = c.read().unwrap();
+        let exchange = sent.elapsed();
         assert_eq!(r.status, 200, "{:?}", String::from_utf8_lossy(&r.body));
         assert_eq!(r.header("content-type"), Some("application/octet-stream"));
+        // The platform's part of it, inside the whole exchange.
+        let platform: u128 = r
+            .header("kneepoint-platform-rtt-us")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            platform <= exchange.as_micros(),
+            "{platform} us in {exchange:?}"
+        );
         let n: usize = r
             .header("inference-header-content-length")
             .unwrap()
