@@ -17,22 +17,31 @@
 //!   ends. POST to `/v2/models/<model>/infer`.
 //!
 //! Open loop without coordinated omission: request `i` is *scheduled* at
-//! `t_i` (Poisson process of `--rate`); a pacer thread hands it at `t_i` to a
-//! pool of `--connections` worker threads, each with one persistent
-//! keep-alive connection (HTTP/1.1 allows one request in flight per
-//! connection). Latency is measured from `t_i`, not from when a worker got
-//! to send it, so a request that waits for a free connection is charged
-//! the wait (as wrk2 does); `lag_us` reports that wait separately (it stays
-//! near zero unless every connection is busy or the generator's CPU is
-//! starved). Every connection is opened before the first request is
-//! scheduled. A request not answered within `--timeout` of `t_i` is
-//! unanswered; its connection is closed and reopened.
+//! `t_i` (Poisson process of `--rate`) and sent at `t_i` on a free one of
+//! `--connections` persistent keep-alive connections (HTTP/1.1 allows one
+//! request in flight per connection), each with its own worker thread.
+//! Latency is measured from `t_i`, not from when a worker got to send it,
+//! so a request that waits for a free connection is charged the wait (as
+//! wrk2 does); `lag_us` reports that wait separately (it stays near zero
+//! unless every connection is busy or the generator's CPU is starved).
+//! Every connection is opened before the first request is scheduled. A
+//! request not answered within `--timeout` of `t_i` is unanswered; its
+//! connection is closed and reopened.
+//!
+//! No pacer thread: a worker that is free takes the next request off the
+//! shared schedule (the earliest not yet taken), sleeps until its time and
+//! sends it itself, as kp-client's pacer sends its own datagrams. Handing
+//! each request from a pacer to a worker cost a cross-thread wake-up per
+//! request (~0.1 ms p50 of `lag_us` on the 2-vCPU VM), which the UDP tool
+//! does not pay, and which bench_gateway.py would have charged to the
+//! gateway. A request still goes out at its time whenever any connection
+//! is free then (the free worker took it, or an earlier one, already).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
-use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -179,6 +188,25 @@ struct HttpResponse {
     body: Vec<u8>,
     /// The server said `Connection: close` (or spoke HTTP/1.0).
     close: bool,
+    /// kp-gateway's [`PLATFORM_RTT_HEADER`], if the server sent one.
+    platform_rtt_us: Option<u64>,
+}
+
+/// The response header in which kp-gateway says how long the platform
+/// took for the request (its UDP round trip, first fragment sent to answer
+/// received, µs; the longest for a batch). With it, the time spent outside
+/// the platform is measured per request: `beyond_platform_us`.
+const PLATFORM_RTT_HEADER: &str = "kneepoint-platform-rtt-us";
+
+/// A response head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Head {
+    status: u16,
+    /// `Content-Length` (None if chunked).
+    len: Option<usize>,
+    chunked: bool,
+    close: bool,
+    platform_rtt_us: Option<u64>,
 }
 
 /// Where the head of a response ends (index past `\r\n\r\n`), if it is in
@@ -187,8 +215,8 @@ fn head_end(buf: &[u8]) -> Option<usize> {
     buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
 }
 
-/// Status, `Content-Length` (None if chunked), chunked, close.
-fn parse_head(head: &[u8]) -> io::Result<(u16, Option<usize>, bool, bool)> {
+/// The parts of a response head that matter here.
+fn parse_head(head: &[u8]) -> io::Result<Head> {
     let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_string());
     let text = std::str::from_utf8(head).map_err(|_| bad("response head is not UTF-8"))?;
     let mut lines = text.split("\r\n");
@@ -205,6 +233,7 @@ fn parse_head(head: &[u8]) -> io::Result<(u16, Option<usize>, bool, bool)> {
     let mut len = None;
     let mut chunked = false;
     let mut close = version == "HTTP/1.0";
+    let mut platform_rtt_us = None;
     for l in lines {
         let Some((k, v)) = l.split_once(':') else {
             continue;
@@ -214,10 +243,17 @@ fn parse_head(head: &[u8]) -> io::Result<(u16, Option<usize>, bool, bool)> {
             "content-length" => len = Some(v.parse().map_err(|_| bad("bad Content-Length"))?),
             "transfer-encoding" => chunked = v.to_ascii_lowercase().contains("chunked"),
             "connection" => close = v.eq_ignore_ascii_case("close"),
+            PLATFORM_RTT_HEADER => platform_rtt_us = v.parse().ok(),
             _ => {}
         }
     }
-    Ok((status, if chunked { None } else { len }, chunked, close))
+    Ok(Head {
+        status,
+        len: if chunked { None } else { len },
+        chunked,
+        close,
+        platform_rtt_us,
+    })
 }
 
 /// Decodes a complete chunked body from `buf`; None while incomplete.
@@ -275,21 +311,22 @@ impl Conn {
         self.stream.write_all(req)?;
         self.buf.clear();
         let mut chunk = [0u8; 16 * 1024];
-        let mut head: Option<(usize, u16, Option<usize>, bool, bool)> = None;
+        let mut head: Option<(usize, Head)> = None;
         loop {
             if head.is_none() {
                 if let Some(end) = head_end(&self.buf) {
-                    let (status, len, chunked, close) = parse_head(&self.buf[..end])?;
-                    if len.is_none() && !chunked {
+                    let h = parse_head(&self.buf[..end])?;
+                    if h.len.is_none() && !h.chunked {
                         return Err(io::Error::new(
                             io::ErrorKind::InvalidData,
                             "response without Content-Length or chunked body",
                         ));
                     }
-                    head = Some((end, status, len, chunked, close));
+                    head = Some((end, h));
                 }
             }
-            if let Some((end, status, len, chunked, close)) = head {
+            if let Some((end, h)) = head {
+                let (len, chunked) = (h.len, h.chunked);
                 let done = if chunked {
                     dechunk(&self.buf[end..])?.map(|(body, used)| (body, end + used))
                 } else {
@@ -304,9 +341,10 @@ impl Conn {
                         ));
                     }
                     return Ok(HttpResponse {
-                        status,
+                        status: h.status,
                         body,
-                        close,
+                        close: h.close,
+                        platform_rtt_us: h.platform_rtt_us,
                     });
                 }
             }
@@ -329,10 +367,47 @@ struct Job {
     at: Instant,
 }
 
-/// What the pacer and the workers share.
+/// The open-loop schedule: request `i`'s time, taken once each, in order.
+struct Schedule {
+    rng: StdRng,
+    arrival: ArrivalArg,
+    rate: f64,
+    start: Instant,
+    next_at: Instant,
+    taken: u64,
+    limit: u64,
+    duration: Option<Duration>,
+}
+
+impl Schedule {
+    /// The earliest request not yet taken, or `None` once the run's
+    /// requests or duration are used up.
+    fn take(&mut self) -> Option<Job> {
+        if self.taken >= self.limit
+            || self
+                .duration
+                .is_some_and(|d| self.next_at.saturating_duration_since(self.start) >= d)
+        {
+            return None;
+        }
+        let job = Job {
+            index: self.taken,
+            at: self.next_at,
+        };
+        self.taken += 1;
+        let gap = match self.arrival {
+            ArrivalArg::Constant => 1.0 / self.rate,
+            ArrivalArg::Poisson => -(1.0 - self.rng.random::<f64>()).ln() / self.rate,
+        };
+        self.next_at += Duration::from_secs_f64(gap);
+        Some(job)
+    }
+}
+
+/// What the workers share.
 struct Shared {
-    queue: Mutex<(VecDeque<Job>, bool)>,
-    cvar: Condvar,
+    /// Set (with the start time) once every connection is open.
+    schedule: Mutex<Option<Schedule>>,
     tally: Mutex<Tally>,
 }
 
@@ -343,7 +418,12 @@ struct Tally {
     malformed: u64,
     rtt_us: Histogram<u64>,
     lag_us: Histogram<u64>,
+    /// Per answer that named its platform round trip: the round trip from
+    /// when the request went out (lag excluded) less the platform's.
+    beyond_platform_us: Histogram<u64>,
     last_answer: Option<Instant>,
+    /// When the last request went out.
+    last_send: Option<Instant>,
     connects: u64,
     errors: BTreeMap<String, u64>,
 }
@@ -377,21 +457,22 @@ fn worker(
     if conn.is_some() {
         shared.tally.lock().expect("tally lock").connects += 1;
     }
+    // Once every connection is open (`ready`), the schedule is set, then
+    // everyone goes.
+    ready.wait();
     ready.wait();
     loop {
-        let job = {
-            let mut q = shared.queue.lock().expect("queue lock");
-            loop {
-                if let Some(j) = q.0.pop_front() {
-                    break Some(j);
-                }
-                if q.1 {
-                    break None;
-                }
-                q = shared.cvar.wait(q).expect("queue lock");
-            }
-        };
+        let job = shared
+            .schedule
+            .lock()
+            .expect("schedule lock")
+            .as_mut()
+            .and_then(Schedule::take);
         let Some(job) = job else { return };
+        let now = Instant::now();
+        if job.at > now {
+            std::thread::sleep(job.at - now);
+        }
         let deadline = job.at + timeout;
         let start = Instant::now();
         let lag = start.saturating_duration_since(job.at);
@@ -407,6 +488,7 @@ fn worker(
         let now = Instant::now();
         let mut t = shared.tally.lock().expect("tally lock");
         t.connects += u64::from(connected);
+        t.last_send = t.last_send.max(Some(start));
         t.lag_us.saturating_record(lag.as_micros().max(1) as u64);
         match result {
             Ok(resp) => {
@@ -427,6 +509,11 @@ fn worker(
                 t.rtt_us.saturating_record(
                     now.saturating_duration_since(job.at).as_micros().max(1) as u64,
                 );
+                if let Some(platform) = resp.platform_rtt_us {
+                    let own = now.saturating_duration_since(start).as_micros() as u64;
+                    t.beyond_platform_us
+                        .saturating_record(own.saturating_sub(platform).max(1));
+                }
                 t.last_answer = Some(now);
                 if resp.close {
                     conn = None;
@@ -476,8 +563,7 @@ fn run(a: Args) -> Result<()> {
             .collect(),
     );
     let shared = Arc::new(Shared {
-        queue: Mutex::new((VecDeque::new(), false)),
-        cvar: Condvar::new(),
+        schedule: Mutex::new(None),
         tally: Mutex::new(Tally {
             answered: 0,
             unanswered: 0,
@@ -485,7 +571,9 @@ fn run(a: Args) -> Result<()> {
             malformed: 0,
             rtt_us: hist(),
             lag_us: hist(),
+            beyond_platform_us: hist(),
             last_answer: None,
+            last_send: None,
             connects: 0,
             errors: BTreeMap::new(),
         }),
@@ -501,52 +589,40 @@ fn run(a: Args) -> Result<()> {
                 .spawn(move || worker(&shared, addr, &requests, format, timeout, &ready))
         })
         .collect::<io::Result<_>>()?;
+    // Every worker waits at the barrier with its connection open; the
+    // schedule starts then, and the workers take it from there.
     ready.wait();
-
-    // The pacer: request i goes to the pool at its scheduled time.
-    let mut rng = StdRng::seed_from_u64(a.seed);
     let limit = match (a.requests, a.duration) {
         (_, Some(_)) => u64::MAX,
         (Some(n), None) => n,
         (None, None) => 10,
     };
     let start = Instant::now();
-    let mut next_at = start;
-    let mut sent = 0u64;
-    while sent < limit {
-        if let Some(d) = a.duration {
-            if next_at.saturating_duration_since(start) >= d {
-                break;
-            }
-        }
-        let now = Instant::now();
-        if next_at > now {
-            std::thread::sleep(next_at - now);
-        }
-        {
-            let mut q = shared.queue.lock().expect("queue lock");
-            q.0.push_back(Job {
-                index: sent,
-                at: next_at,
-            });
-        }
-        shared.cvar.notify_one();
-        sent += 1;
-        let gap = match a.arrival {
-            ArrivalArg::Constant => 1.0 / a.rate,
-            ArrivalArg::Poisson => -(1.0 - rng.random::<f64>()).ln() / a.rate,
-        };
-        next_at += Duration::from_secs_f64(gap);
-    }
-    let send_end = Instant::now();
-    shared.queue.lock().expect("queue lock").1 = true;
-    shared.cvar.notify_all();
+    *shared.schedule.lock().expect("schedule lock") = Some(Schedule {
+        rng: StdRng::seed_from_u64(a.seed),
+        arrival: a.arrival,
+        rate: a.rate,
+        start,
+        next_at: start,
+        taken: 0,
+        limit,
+        duration: a.duration,
+    });
+    ready.wait();
     for w in workers {
         w.join().expect("worker panicked");
     }
+    let sent = shared
+        .schedule
+        .lock()
+        .expect("schedule lock")
+        .as_ref()
+        .map_or(0, |s| s.taken);
 
     let t = shared.tally.lock().expect("tally lock");
-    let send_duration_s = send_end.saturating_duration_since(start).as_secs_f64();
+    let send_duration_s = t
+        .last_send
+        .map_or(0.0, |l| l.saturating_duration_since(start).as_secs_f64());
     let answer_span_s = t
         .last_answer
         .map(|l| l.saturating_duration_since(start).as_secs_f64())
@@ -575,6 +651,7 @@ fn run(a: Args) -> Result<()> {
         "ok_per_s": if answer_span_s > 0.0 { ok as f64 / answer_span_s } else { 0.0 },
         "rtt_us": percentiles(&t.rtt_us),
         "lag_us": percentiles(&t.lag_us),
+        "beyond_platform_us": percentiles(&t.beyond_platform_us),
     });
     if a.json {
         println!("{report}");
@@ -606,9 +683,24 @@ mod tests {
     fn heads_parse() {
         let h = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n";
         assert_eq!(head_end(h), Some(h.len()));
-        assert_eq!(parse_head(h).unwrap(), (200, Some(12), false, false));
+        let head = |status, len, chunked, close, platform_rtt_us| Head {
+            status,
+            len,
+            chunked,
+            close,
+            platform_rtt_us,
+        };
+        assert_eq!(
+            parse_head(h).unwrap(),
+            head(200, Some(12), false, false, None)
+        );
         let c = b"HTTP/1.1 503 x\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
-        assert_eq!(parse_head(c).unwrap(), (503, None, true, true));
+        assert_eq!(parse_head(c).unwrap(), head(503, None, true, true, None));
+        let g = b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\nKneepoint-Platform-RTT-us: 8812\r\n\r\n";
+        assert_eq!(
+            parse_head(g).unwrap(),
+            head(200, Some(3), false, false, Some(8812))
+        );
         assert!(parse_head(b"SSH-2.0\r\n\r\n").is_err());
     }
 
