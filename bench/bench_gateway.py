@@ -10,6 +10,15 @@ so a drift of the machine hits both alike. Targets: the gateway adds
         [--concurrency 4] [--duration 5] [--rounds 3] [--out FILE]
 
 Per round:
+  - what the gateway adds, request by request: kp-gateway names each
+    answer's platform round trip (UDP, first fragment sent to answer
+    received) in a response header, and kp-http-load subtracts it from the
+    HTTP round trip it timed from when it sent the request
+    (`beyond_platform_us`): the HTTP hop both ways, the gateway's own work
+    and its hand-offs; p50/p99 over the round's requests. This is the
+    headline figure: a difference of two p50s from separate runs (below)
+    carries the platform's own run-to-run spread (milliseconds), which
+    swamps a few hundred µs;
   - latency at equal load: open loop at --rate (Poisson) over UDP, then over
     HTTP; each tool's round trip p50/p99 (µs, from the request's scheduled
     time to its answer); added = HTTP - UDP, per round; and each tool's
@@ -59,28 +68,54 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def children_switches() -> int:
+    """Context switches (voluntary + involuntary) of the load tools run so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_nvcsw + r.ru_nivcsw
+
+
+def switches(pid: int) -> int:
+    """Context switches of every thread of a running process so far (each
+    is a wake-up or a preemption: what a hand-off between threads costs)."""
+    n = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                        n += int(line.split()[1])
+        except FileNotFoundError:
+            pass  # a thread that ended meanwhile
+    return n
+
+
 def udp(a, *load: str) -> dict[str, Any]:
-    cpu0 = children_cpu()
+    cpu0, sw0 = children_cpu(), children_switches()
     r = run_json([f"{a.bin}/kp-client", "--dst", a.addr, "--if-id", str(a.if_id),
                   "--duration", f"{a.duration}s", "--timeout", "5s", "--input", "synthetic",
                   "--json", *load])
-    cpu = children_cpu() - cpu0
+    cpu, sw = children_cpu() - cpu0, children_switches() - sw0
     ok = r["status"]["ok"]
     return {"ok_per_s": r["throughput"] * ok / max(r["answered"], 1), "status": r["status"],
             "throughput": r["throughput"], "ok": ok, "sent": r["sent"], "answered": r["answered"],
             "client_cpu_us_per_request": 1e6 * cpu / max(r["answered"], 1),
+            "switches_per_request": sw / max(r["answered"], 1),
             "p50_us": r["rtt_us"]["p50"], "p99_us": r["rtt_us"]["p99"],
             "lag_p50_us": (r.get("lag_us") or {}).get("p50", 0)}
 
 
 def http(a, rate: float, connections: int) -> dict[str, Any]:
+    sw0 = children_switches()
     r = run_json([f"{a.bin}/kp-http-load", "--url", f"http://{a.gateway}/v2/models/{a.model}/infer",
                   "--format", "triton", "--rate", str(rate), "--connections", str(connections),
                   "--duration", f"{a.duration}s", "--timeout", "5s", "--input", "synthetic", "--json"])
+    sw = children_switches() - sw0
     return {"ok_per_s": r["ok_per_s"], "throughput": r["throughput"],
+            "switches_per_request": sw / max(r["answered"], 1),
             "ok": r["status"].get("ok", 0), "sent": r["sent"], "answered": r["answered"],
             "status": r["status"], "p50_us": r["rtt_us"]["p50"], "p99_us": r["rtt_us"]["p99"],
-            "lag_p50_us": (r.get("lag_us") or {}).get("p50", 0)}
+            "lag_p50_us": (r.get("lag_us") or {}).get("p50", 0),
+            "beyond_platform": r.get("beyond_platform_us") or {}}
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -106,9 +141,9 @@ def main() -> None:
     stopped = None
     for i in range(a.rounds):
         lat_udp = udp(a, "--rate", str(a.rate))
-        cpu0 = cpu_seconds(a.gateway_pid)
+        cpu0, sw0 = cpu_seconds(a.gateway_pid), switches(a.gateway_pid)
         lat_http = http(a, a.rate, 16)
-        cpu = cpu_seconds(a.gateway_pid) - cpu0
+        cpu, sw = cpu_seconds(a.gateway_pid) - cpu0, switches(a.gateway_pid) - sw0
         closed = udp(a, "--concurrency", str(a.concurrency))
         cap = closed["ok_per_s"]
         if cap < 1.0:
@@ -120,7 +155,12 @@ def main() -> None:
             break
         cap_udp = udp(a, "--rate", f"{cap:.1f}")
         cap_http = http(a, round(cap, 1), 64)
+        beyond = lat_http["beyond_platform"]
+        if not beyond.get("count"):
+            raise SystemExit("bench_gateway.py: kp-http-load reported no beyond_platform_us "
+                             "(a kp-gateway without the kneepoint-platform-rtt-us header?)")
         r = {
+            "gateway_added_p50_us": beyond["p50"], "gateway_added_p99_us": beyond["p99"],
             "udp_p50_us": lat_udp["p50_us"], "udp_p99_us": lat_udp["p99_us"],
             "http_p50_us": lat_http["p50_us"], "http_p99_us": lat_http["p99_us"],
             "added_p50_us": lat_http["p50_us"] - lat_udp["p50_us"],
@@ -132,6 +172,11 @@ def main() -> None:
                 - (lat_udp["p50_us"] - lat_udp["lag_p50_us"]),
             "added_p99_us": lat_http["p99_us"] - lat_udp["p99_us"],
             "gateway_cpu_us_per_request": 1e6 * cpu / max(lat_http["answered"], 1),
+            # Context switches per request, each process's threads together:
+            # the gateway's, the HTTP load tool's, kp-client's.
+            "gateway_switches_per_request": sw / max(lat_http["answered"], 1),
+            "http_tool_switches_per_request": lat_http["switches_per_request"],
+            "udp_tool_switches_per_request": lat_udp["switches_per_request"],
             "udp_client_cpu_us_per_request": lat_udp["client_cpu_us_per_request"],
             "gateway_own_cpu_us_per_request":
                 1e6 * cpu / max(lat_http["answered"], 1) - lat_udp["client_cpu_us_per_request"],
@@ -140,17 +185,21 @@ def main() -> None:
             "runs": {"lat_udp": lat_udp, "lat_http": lat_http, "cap_udp": cap_udp, "cap_http": cap_http},
         }
         rounds.append(r)
-        print(f"round {i + 1}: p50 udp {r['udp_p50_us']} http {r['http_p50_us']} "
+        print(f"round {i + 1}: gateway added p50 {r['gateway_added_p50_us']} us p99 {r['gateway_added_p99_us']} us "
+              f"({beyond['count']} requests); p50 udp {r['udp_p50_us']} http {r['http_p50_us']} "
               f"(+{r['added_p50_us']} us; send lag udp {r['udp_lag_p50_us']} http {r['http_lag_p50_us']}), p99 udp {r['udp_p99_us']} http {r['http_p99_us']}; "
               f"CPU/request gateway {r['gateway_cpu_us_per_request']:.0f} us, kp-client "
-              f"{r['udp_client_cpu_us_per_request']:.0f} us; capacity {r['udp_capacity']:.1f}/s offered: "
+              f"{r['udp_client_cpu_us_per_request']:.0f} us; switches/request gateway "
+              f"{r['gateway_switches_per_request']:.1f}, kp-http-load {r['http_tool_switches_per_request']:.1f}, "
+              f"kp-client {r['udp_tool_switches_per_request']:.1f}; capacity {r['udp_capacity']:.1f}/s offered: "
               f"udp {r['udp_ok_per_s']:.1f}/s http {r['http_ok_per_s']:.1f}/s ({100 * r['capacity_ratio']:.0f}%)",
               flush=True)
     if not rounds:
         raise SystemExit(f"bench_gateway.py: no round completed ({stopped})")
-    keys = ["udp_p50_us", "http_p50_us", "added_p50_us", "udp_lag_p50_us", "http_lag_p50_us",
+    keys = ["gateway_added_p50_us", "gateway_added_p99_us", "udp_p50_us", "http_p50_us", "added_p50_us", "udp_lag_p50_us", "http_lag_p50_us",
             "added_p50_beyond_lag_us", "udp_p99_us", "http_p99_us", "added_p99_us",
             "gateway_cpu_us_per_request", "udp_client_cpu_us_per_request", "gateway_own_cpu_us_per_request",
+            "gateway_switches_per_request", "http_tool_switches_per_request", "udp_tool_switches_per_request",
             "udp_capacity", "udp_ok_per_s", "http_ok_per_s", "capacity_ratio"]
     summary = {
         "model": a.model, "rate": a.rate, "concurrency": a.concurrency, "duration_s": a.duration,
@@ -159,7 +208,10 @@ def main() -> None:
         "per_round": rounds,
     }
     s = summary
-    print(f"summary ({len(rounds)} rounds, median [min..max]): added p50 {s['added_p50_us']['median']:.0f} us "
+    print(f"summary ({len(rounds)} rounds, median [min..max]): gateway added p50 "
+          f"{s['gateway_added_p50_us']['median']:.0f} us [{s['gateway_added_p50_us']['min']:.0f}.."
+          f"{s['gateway_added_p50_us']['max']:.0f}], p99 {s['gateway_added_p99_us']['median']:.0f} us; "
+          f"HTTP - UDP p50 {s['added_p50_us']['median']:.0f} us "
           f"[{s['added_p50_us']['min']:.0f}..{s['added_p50_us']['max']:.0f}] "
           f"({s['added_p50_beyond_lag_us']['median']:.0f} beyond each tool's send lag), added p99 "
           f"{s['added_p99_us']['median']:.0f} us, gateway CPU {s['gateway_cpu_us_per_request']['median']:.0f} "

@@ -8,6 +8,8 @@
 #
 #   bench/bench_gateway.sh [bench_gateway.py options: --rate 50 --concurrency 4 --rounds 5 --duration 5]
 #
+# GATEWAY_CPUS (default 0, the if-manager's core) is where kp-gateway runs.
+#
 # Needs root, hugepages, `make build models`. Binaries from
 # ${CARGO_TARGET_DIR:-target}/release; Python ${PYTHON:-.venv/bin/python}
 # (no package needed beyond the standard library).
@@ -16,7 +18,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 BENCH=bench-gateway BENCH_NS=kpg MODEL=squeezenet
 bench_stop() { [[ -n ${GW:-} ]] && kill -TERM "$GW" 2>/dev/null && wait "$GW" 2>/dev/null; }
 source bench/platform.sh
-ip netns exec "$CLIENT_NS" taskset -c 0 "$T/kp-gateway" --platform "$PLATFORM_IP:9000" --models models \
+ip netns exec "$CLIENT_NS" taskset -c "${GATEWAY_CPUS:-0}" "$T/kp-gateway" --platform "$PLATFORM_IP:9000" --models models \
   --model squeezenet --listen 127.0.0.1:8000 --timeout-ms 5000 >"$D/gw.out" 2>"$D/gw.err" &
 GW=$!
 wait_for "$D/gw.err" "kp-gateway: ready"
