@@ -16,9 +16,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::orchestrator::{
-    all_active, kpctl, wait_for, write_config, Orchestrator, SHUTDOWN_WAIT,
-};
+use kneepoint_tests::orchestrator::{all_active, kpctl, wait_for, write_config, Orchestrator};
 use kneepoint_tests::{
     bin, dpdk_files_left, file_prefix, repo_root, BackgroundClient, NetnsPair, Scratch,
 };
@@ -195,13 +193,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
         kpctl(&endpoint, &["shutdown"])?;
         Ok(())
     })();
-    let out = second.wait(SHUTDOWN_WAIT)?;
-    result.with_context(|| {
-        format!(
-            "orchestrator log:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
+    let ((), out) = second.end(&endpoint, result)?;
     ensure!(
         out.status.success(),
         "{}",
@@ -305,10 +297,9 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         kpctl(&endpoint, &["shutdown"])?;
         Ok((r1, r5, status))
     })();
-    let out = orch.wait(SHUTDOWN_WAIT)?;
+    let ((r1, r5, status), out) = orch.end(&endpoint, result)?;
     let exit = out.status;
     let log = String::from_utf8_lossy(&out.stderr).to_string();
-    let (r1, r5, status) = result.with_context(|| format!("orchestrator log:\n{log}"))?;
     ensure!(exit.success(), "orchestrator exited with {exit}:\n{log}");
     let summary: Value = serde_json::from_str(
         String::from_utf8_lossy(&out.stdout)
