@@ -82,18 +82,21 @@ fn shadow_ready(log: &str, if_id: u16, after: Option<&str>, except: Option<&str>
 /// if-manager (`datagrams_lost`), counted by the if-manager at
 /// `ifm_control` (its `stats` before and after).
 fn all_ok(net: &NetnsPair, ifm_control: &str, if_id: &str, n: u32) -> Result<()> {
-    let received = || -> Result<u64> {
-        let reply = control(ifm_control, &json!({"cmd": "stats"}), HUNG)?;
-        datagrams_received(&reply["stats"])
-    };
-    let before = received()?;
+    let before = received(ifm_control)?;
     let c = all_answered(net, if_id, n)?;
-    let during = received()?
+    let during = received(ifm_control)?
         .checked_sub(before)
         .context("the if-manager's counters went down")?;
     let lost = datagrams_lost(datagrams_sent(&c)?, during)?;
     ensure!(c["answered"] == n, "{c}");
     expect_statuses(&c, &[("incomplete", lost, "a datagram the kernel dropped")])
+}
+
+/// The datagrams the if-manager at `ifm_control` received so far
+/// ([`datagrams_received`] of its `stats`).
+fn received(ifm_control: &str) -> Result<u64> {
+    let reply = control(ifm_control, &json!({"cmd": "stats"}), HUNG)?;
+    datagrams_received(&reply["stats"])
 }
 
 /// kp-client sends `n` requests closed loop and wants every one answered.
@@ -254,8 +257,9 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
     )?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
+    let ifm_control = format!("ipc://{}", runtime.join("if-manager.sock").display());
     let orch = Orchestrator::start(&config, &runtime)?;
-    let result = (|| -> Result<(Value, Value, Value)> {
+    let result = (|| -> Result<(Value, Value, u64, Value)> {
         // Both IFs serving, each with a parked shadow.
         wait_for(&endpoint, "both IFs active", |s| {
             s["ifs"]
@@ -324,11 +328,15 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         })?;
         let r1 = c1.stop()?;
         let r5 = c5.stop()?;
+        // What the if-manager received of the two clients' datagrams.
+        let r15_received = received(&ifm_control)?;
+        // Service is back: what is sent to if 1 now is served OK.
+        all_ok(&net, &ifm_control, "1", 20).context("if 1 after its fail-over")?;
         let status = kpctl(&endpoint, &["status"])?;
         kpctl(&endpoint, &["shutdown"])?;
-        Ok((r1, r5, status))
+        Ok((r1, r5, r15_received, status))
     })();
-    let ((r1, r5, status), out) = orch.end(&endpoint, result)?;
+    let ((r1, r5, r15_received, status), out) = orch.end(&endpoint, result)?;
     let exit = out.status;
     let log = String::from_utf8_lossy(&out.stderr).to_string();
     ensure!(exit.success(), "orchestrator exited with {exit}:\n{log}");
@@ -359,10 +367,7 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
     // INTERNAL by its shadow, or, for a request whose first fragments it
     // had taken off the ring but not yet entered in its ledger,
     // INCOMPLETE: requests the client had outstanding, so at most 2.
-    let lost = datagrams_lost(
-        datagrams_sent(&r1)? + datagrams_sent(&r5)?,
-        datagrams_received(&summary["if_manager"])?,
-    )?;
+    let lost = datagrams_lost(datagrams_sent(&r1)? + datagrams_sent(&r5)?, r15_received)?;
     eprintln!("datagrams lost before the if-manager: {lost}");
     let dropped = (
         "incomplete",
