@@ -67,6 +67,11 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
             // requests; shedding under a tight SLO is the batching tests' job.
             "--slo-ms".into(),
             "2000".into(),
+            // Ten times the default: only a datagram that never comes makes
+            // a request INCOMPLETE, not 100 ms in which a starved 2-core
+            // machine did not run the client or the IF mid-request.
+            "--reassembly-timeout-ms".into(),
+            "1000".into(),
             // Its share of the machine: one core for the engine's two
             // threads (its pool thread and the inference thread).
             "--cores".into(),

@@ -27,9 +27,17 @@ use kneepoint_tests::{
 };
 use serde_json::{json, Value};
 
-/// The metrics endpoint on a port the system picks: tests running at once
-/// never collide on it (tests/prometheus.rs scrapes it).
-const METRICS: &str = r#"metrics_listen = "127.0.0.1:0""#;
+/// The `[platform]` lines of both tests. The metrics endpoint on a port
+/// the system picks: tests running at once never collide on it
+/// (tests/prometheus.rs scrapes it). The IFs' reassembly timeout ten times
+/// the default: only a datagram that never comes makes a request
+/// INCOMPLETE, not 100 ms in which a starved 2-core machine did not run a
+/// client or an IF mid-request (seen once under a concurrent build: one
+/// INCOMPLETE with no datagram lost).
+const PLATFORM: &str = r#"
+metrics_listen = "127.0.0.1:0"
+reassembly_timeout_ms = 1000
+"#;
 
 /// Requests each kp-client keeps outstanding.
 const CONCURRENCY: u64 = 2;
@@ -176,7 +184,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
     let dir = Scratch::new("orchestrator-restart");
     let prefix = file_prefix("orchestrator-restart");
     let config = dir.path("platform.toml");
-    write_config(&config, &net, &prefix, &[(1, "squeezenet")], METRICS)?;
+    write_config(&config, &net, &prefix, &[(1, "squeezenet")], PLATFORM)?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
     // The if-manager's control socket (the orchestrator's runtime folder).
@@ -253,7 +261,7 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         &net,
         &prefix,
         &[(1, "squeezenet"), (5, "shufflenet")],
-        METRICS,
+        PLATFORM,
     )?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
