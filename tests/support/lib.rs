@@ -654,10 +654,11 @@ pub fn datagrams_received(counters: &Value) -> Result<u64> {
 /// How many of the `sent` datagrams (kp-client's `datagrams_sent`, summed
 /// over the clients) never reached the if-manager, given how many it
 /// received ([`datagrams_received`]): those the kernel dropped between the
-/// two ends of the veth (net_af_packet's ring, [`platform::af_packet_vdev`],
-/// overflows when the if-manager is starved of CPU while a client sends).
-/// Each such loss makes at most one request INCOMPLETE; fails if the
-/// if-manager counted more than was sent.
+/// two ends of the veth (net_af_packet's ring is 512 frames: four
+/// squeezenet requests of 147 fragments each, sent back to back, fill it
+/// when the if-manager is not scheduled for a millisecond or so). Each such
+/// loss makes at most one request INCOMPLETE; fails if the if-manager
+/// counted more than was sent.
 pub fn datagrams_lost(sent: u64, received: u64) -> Result<u64> {
     ensure!(
         received <= sent,

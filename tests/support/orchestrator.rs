@@ -65,7 +65,7 @@ tuning = false
 wrap = ["ip", "netns", "exec", "{ns}"]
 options = ["--ip", "{ip}"]
 eal = ["--lcores", "0@0", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
-       "--vdev", "net_af_packet0,iface={iface},{ring}"]
+       "--vdev", "net_af_packet0,iface={iface},framesz=10240,blocksz=20480"]
 file_prefix = "{prefix}"
 "#,
         models = repo_root().join("models").display(),
@@ -73,7 +73,6 @@ file_prefix = "{prefix}"
         ns = net.get("PLATFORM_NS"),
         ip = net.get("PLATFORM_IP"),
         iface = net.get("PLATFORM_IF"),
-        ring = crate::platform::AF_PACKET_RING,
     );
     for (id, model) in ifs {
         text += &format!(

@@ -36,19 +36,10 @@ pub fn eal(prefix: &str, lcores: &str, extra: &[impl AsRef<str>]) -> Vec<String>
 /// whole number of 4 KiB pages), so the kernel hands over whole frames of
 /// a 9000-byte MTU, which the if-manager's default `--max-frame` (10240)
 /// holds in one mbuf. DPDK's default frame (2048 bytes) would truncate
-/// any frame over 1982 bytes. 4096 of them (`framecnt`, as
-/// configs/platform.toml and the demo): DPDK's default ring of 512 frames
-/// is less than 4 squeezenet requests (588 datagrams) that a client sends
-/// back to back, and a burst that comes while the if-manager sleeps in
-/// its idle back-off loses the excess (76 datagrams, seen in
-/// tests/switchover.rs: INCOMPLETE answers for requests nothing was wrong
-/// with).
+/// any frame over 1982 bytes.
 pub fn af_packet_vdev(iface: &str) -> String {
-    format!("net_af_packet0,iface={iface},{AF_PACKET_RING}")
+    format!("net_af_packet0,iface={iface},framesz=10240,blocksz=20480")
 }
-
-/// The ring options of [`af_packet_vdev`] (for the orchestrator's config).
-pub const AF_PACKET_RING: &str = "framecnt=4096,framesz=10240,blocksz=20480";
 
 /// A running if-manager + one kp-if in a network namespace. Dropping it
 /// stops everything (the processes, then the namespaces); [`Platform::stop`]
