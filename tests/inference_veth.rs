@@ -3,15 +3,17 @@
 //! function running squeezenet with ONNX Runtime.
 //!
 //! Closed loop with several requests outstanding: every request sent must
-//! come back answered exactly once, none unanswered, none duplicated, and
-//! the IF must publish its telemetry on ZeroMQ.
+//! come back answered exactly once, none unanswered, none duplicated, OK
+//! unless the kernel lost one of its datagrams (counted), and the IF must
+//! publish its telemetry on ZeroMQ.
 
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
 use kneepoint_tests::platform::{af_packet_vdev, eal};
 use kneepoint_tests::{
-    bin, dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch,
+    answers, bin, datagrams_lost, datagrams_received, datagrams_sent, dpdk_files_left,
+    expect_statuses, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch,
 };
 use serde_json::Value;
 
@@ -65,6 +67,11 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
             // requests; shedding under a tight SLO is the batching tests' job.
             "--slo-ms".into(),
             "2000".into(),
+            // Ten times the default: only a datagram that never comes makes
+            // a request INCOMPLETE, not 100 ms in which a starved 2-core
+            // machine did not run the client or the IF mid-request.
+            "--reassembly-timeout-ms".into(),
+            "1000".into(),
             // Its share of the machine: one core for the engine's two
             // threads (its pool thread and the inference thread).
             "--cores".into(),
@@ -136,18 +143,30 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
         client["unanswered"] == 0 && client["duplicates"] == 0,
         "client: {client}"
     );
-    // Every request answered once; which answer may depend on how busy the
-    // machine is (a datagram af_packet dropped under load makes INCOMPLETE).
-    let n = |k: &str| client["status"][k].as_u64().unwrap_or(0);
-    ensure!(
-        n("ok") + n("overloaded") + n("incomplete") == requests,
-        "unexpected statuses: {client}"
-    );
-    ensure!(n("ok") > 0, "nothing was served: {client}");
+    // Every request is OK. Nothing fails here and the load is far below
+    // what the IF can do: 4 requests outstanding, where its ring (16384
+    // fragments) and input slots (64) hold dozens and one squeezenet batch
+    // takes milliseconds, not the 2 s SLO, so none can be OVERLOADED. The
+    // one thing this machine may do is drop a datagram in the kernel
+    // before the if-manager sees it (see `datagrams_lost`): its request is
+    // INCOMPLETE, and there are at most as many as datagrams were lost.
+    let lost = datagrams_lost(datagrams_sent(&client)?, datagrams_received(&ifm_report)?)?;
+    eprintln!("client: {client}\ndatagrams lost before the if-manager: {lost}");
+    expect_statuses(
+        &client,
+        &[("incomplete", lost, "a datagram the kernel dropped")],
+    )?;
+    // The IF counted the same answers the client got.
     ensure!(
         if_report["telemetry"]["answers_total"] == requests,
         "kp-if: {if_report}"
     );
+    for status in ["ok", "incomplete"] {
+        ensure!(
+            if_report["telemetry"]["answers"][status].as_u64() == Some(answers(&client, status)),
+            "kp-if's {status} answers are not the client's: {if_report}\nclient: {client}"
+        );
+    }
     ensure!(
         snapshot["kind"] == "telemetry"
             && snapshot["if_id"] == 1

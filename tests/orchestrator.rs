@@ -3,8 +3,10 @@
 //! share pin through `kpctl` each re-provision an IF through its shadow, then
 //! both IFs are re-provisioned at once (one kp-if starts at a time); the
 //! active of one IF is killed with SIGKILL and its shadow takes over. Every
-//! request sent gets exactly one answer — none lost, none duplicated — and
-//! the switchover gaps are reported.
+//! request sent gets exactly one answer — none lost, none duplicated —, OK
+//! but for what the kill cost (INTERNAL for what the dead IF held) and for
+//! datagrams the kernel dropped (INCOMPLETE, counted), and the switchover
+//! gaps are reported.
 //!
 //! Nothing here depends on the machine's speed: the clients run until the
 //! scenario is over (they are stopped, not timed), each step waits for the
@@ -17,16 +19,26 @@ use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
 use kneepoint_tests::orchestrator::{
-    all_active, kpctl, wait_for, write_config, Orchestrator, SHUTDOWN_WAIT,
+    all_active, kpctl, wait_for, write_config, Orchestrator, HUNG,
 };
 use kneepoint_tests::{
-    bin, dpdk_files_left, file_prefix, repo_root, BackgroundClient, NetnsPair, Scratch,
+    answers, bin, control, datagrams_lost, datagrams_received, datagrams_sent, dpdk_files_left,
+    expect_statuses, file_prefix, repo_root, BackgroundClient, NetnsPair, Scratch,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 
-/// The metrics endpoint on a port the system picks: tests running at once
-/// never collide on it (tests/prometheus.rs scrapes it).
-const METRICS: &str = r#"metrics_listen = "127.0.0.1:0""#;
+/// The `[platform]` lines of both tests: the metrics endpoint on a port
+/// the system picks: tests running at once never collide on it
+/// (tests/prometheus.rs scrapes it). The IFs keep the default 100 ms
+/// reassembly timeout: with 1000 ms (as inference_veth and switchover
+/// have, so that a starved machine cannot time a request out), the
+/// fail-over below failed 3 times in 11 runs on a loaded 2-core machine
+/// (replacement actives exiting 1 in a loop instead of the ready shadow
+/// taking over), never in 17 runs with 100 ms.
+const PLATFORM: &str = r#"metrics_listen = "127.0.0.1:0""#;
+
+/// Requests each kp-client keeps outstanding.
+const CONCURRENCY: u64 = 2;
 
 fn row(status: &Value, if_id: u64) -> Result<Value> {
     status["ifs"]
@@ -43,7 +55,8 @@ fn client(net: &NetnsPair, if_id: &str) -> Result<BackgroundClient> {
         .arg(bin("kp-client"))
         .arg("--dst")
         .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args(["--if-id", if_id, "--concurrency", "2", "--timeout", "5s"])
+        .args(["--if-id", if_id, "--timeout", "5s"])
+        .args(["--concurrency", &CONCURRENCY.to_string()])
         .args(["--input", "synthetic", "--duration", "600s", "--json"]);
     BackgroundClient::spawn(cmd)
 }
@@ -68,6 +81,30 @@ fn shadow_ready(log: &str, if_id: u16, after: Option<&str>, except: Option<&str>
     })
 }
 
+/// kp-client sends `n` requests closed loop and wants every one answered,
+/// and OK: the platform serves again, nothing fails meanwhile and the load
+/// is light (2 outstanding, a 2 s SLO), so the only other answer is
+/// INCOMPLETE for a request that lost a datagram in the kernel before the
+/// if-manager (`datagrams_lost`), counted by the if-manager at
+/// `ifm_control` (its `stats` before and after).
+fn all_ok(net: &NetnsPair, ifm_control: &str, if_id: &str, n: u32) -> Result<()> {
+    let before = received(ifm_control)?;
+    let c = all_answered(net, if_id, n)?;
+    let during = received(ifm_control)?
+        .checked_sub(before)
+        .context("the if-manager's counters went down")?;
+    let lost = datagrams_lost(datagrams_sent(&c)?, during)?;
+    ensure!(c["answered"] == n, "{c}");
+    expect_statuses(&c, &[("incomplete", lost, "a datagram the kernel dropped")])
+}
+
+/// The datagrams the if-manager at `ifm_control` received so far
+/// ([`datagrams_received`] of its `stats`).
+fn received(ifm_control: &str) -> Result<u64> {
+    let reply = control(ifm_control, &json!({"cmd": "stats"}), HUNG)?;
+    datagrams_received(&reply["stats"])
+}
+
 /// kp-client sends `n` requests closed loop and wants every one answered.
 fn all_answered(net: &NetnsPair, if_id: &str, n: u32) -> Result<Value> {
     let out = Command::new("ip")
@@ -75,7 +112,8 @@ fn all_answered(net: &NetnsPair, if_id: &str, n: u32) -> Result<Value> {
         .arg(bin("kp-client"))
         .arg("--dst")
         .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args(["--if-id", if_id, "--concurrency", "2", "--timeout", "5s"])
+        .args(["--if-id", if_id, "--timeout", "5s"])
+        .args(["--concurrency", &CONCURRENCY.to_string()])
         .args([
             "--input",
             "synthetic",
@@ -144,9 +182,11 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
     let dir = Scratch::new("orchestrator-restart");
     let prefix = file_prefix("orchestrator-restart");
     let config = dir.path("platform.toml");
-    write_config(&config, &net, &prefix, &[(1, "squeezenet")], METRICS)?;
+    write_config(&config, &net, &prefix, &[(1, "squeezenet")], PLATFORM)?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
+    // The if-manager's control socket (the orchestrator's runtime folder).
+    let ifm_control = format!("ipc://{}", runtime.join("if-manager.sock").display());
 
     let mut first = Orchestrator::start(&config, &runtime)?;
     let result = (|| -> Result<Vec<u32>> {
@@ -162,8 +202,7 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
         let s = wait_for(&endpoint, "the platform's restart", |s| {
             s["platform"]["platform_restarts"] == 1 && all_active(s, 1)
         })?;
-        let c = all_answered(&net, "1", 20)?;
-        ensure!(c["answered"] == 20, "after the if-manager's restart: {c}");
+        all_ok(&net, &ifm_control, "1", 20).context("after the if-manager's restart")?;
         // The orchestrator dies and leaves its processes behind.
         let left: Vec<u32> = [
             s["platform"]["if_manager_pid"].as_u64(),
@@ -190,18 +229,11 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
                 "process {pid} of the dead orchestrator still runs"
             );
         }
-        let c = all_answered(&net, "1", 20)?;
-        ensure!(c["answered"] == 20, "under the new orchestrator: {c}");
+        all_ok(&net, &ifm_control, "1", 20).context("under the new orchestrator")?;
         kpctl(&endpoint, &["shutdown"])?;
         Ok(())
     })();
-    let out = second.wait(SHUTDOWN_WAIT)?;
-    result.with_context(|| {
-        format!(
-            "orchestrator log:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })?;
+    let ((), out) = second.end(&endpoint, result)?;
     ensure!(
         out.status.success(),
         "{}",
@@ -227,12 +259,13 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         &net,
         &prefix,
         &[(1, "squeezenet"), (5, "shufflenet")],
-        METRICS,
+        PLATFORM,
     )?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
+    let ifm_control = format!("ipc://{}", runtime.join("if-manager.sock").display());
     let orch = Orchestrator::start(&config, &runtime)?;
-    let result = (|| -> Result<(Value, Value, Value)> {
+    let result = (|| -> Result<(Value, Value, u64, Value)> {
         // Both IFs serving, each with a parked shadow.
         wait_for(&endpoint, "both IFs active", |s| {
             s["ifs"]
@@ -301,14 +334,17 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         })?;
         let r1 = c1.stop()?;
         let r5 = c5.stop()?;
+        // What the if-manager received of the two clients' datagrams.
+        let r15_received = received(&ifm_control)?;
+        // Service is back: what is sent to if 1 now is served OK.
+        all_ok(&net, &ifm_control, "1", 20).context("if 1 after its fail-over")?;
         let status = kpctl(&endpoint, &["status"])?;
         kpctl(&endpoint, &["shutdown"])?;
-        Ok((r1, r5, status))
+        Ok((r1, r5, r15_received, status))
     })();
-    let out = orch.wait(SHUTDOWN_WAIT)?;
+    let ((r1, r5, r15_received, status), out) = orch.end(&endpoint, result)?;
     let exit = out.status;
     let log = String::from_utf8_lossy(&out.stderr).to_string();
-    let (r1, r5, status) = result.with_context(|| format!("orchestrator log:\n{log}"))?;
     ensure!(exit.success(), "orchestrator exited with {exit}:\n{log}");
     let summary: Value = serde_json::from_str(
         String::from_utf8_lossy(&out.stdout)
@@ -328,10 +364,41 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
             "{name}: requests lost or answered twice: {r}"
         );
     }
-    // Only the kill may cost INTERNAL answers (what the dead IF held); a
-    // re-provision costs none. (A datagram the kernel drops on the veth
-    // under CPU contention makes an INCOMPLETE: counted, not lost.)
-    ensure!(r5["status"]["internal"] == 0, "if 5: {r5}");
+    // Which answers: a re-provision costs no request anything (what was
+    // being assembled is handed back and finished), and the load is light
+    // (2 outstanding per IF, SLOs of 1.5 s and more), so every request is
+    // OK but for two causes. A datagram the kernel dropped before the
+    // if-manager (`datagrams_lost`; both clients' together) makes one
+    // INCOMPLETE. The kill of if 1's active costs what it held, answered
+    // INTERNAL by its shadow, or, for a request whose first fragments it
+    // had taken off the ring but not yet entered in its ledger,
+    // INCOMPLETE: requests the client had outstanding, so at most 2.
+    let lost = datagrams_lost(datagrams_sent(&r1)? + datagrams_sent(&r5)?, r15_received)?;
+    eprintln!("datagrams lost before the if-manager: {lost}");
+    let dropped = (
+        "incomplete",
+        lost,
+        "a datagram the kernel dropped (both IFs' together)",
+    );
+    expect_statuses(&r5, &[dropped]).context("if 5")?;
+    expect_statuses(
+        &r1,
+        &[
+            ("internal", CONCURRENCY, "what the killed active held"),
+            (
+                "incomplete",
+                CONCURRENCY + lost,
+                "what the killed active had taken off the ring, or a datagram the kernel dropped",
+            ),
+        ],
+    )
+    .context("if 1")?;
+    let killed = answers(&r1, "internal") + answers(&r1, "incomplete");
+    ensure!(
+        killed <= CONCURRENCY + lost,
+        "if 1: {killed} requests INTERNAL or INCOMPLETE, more than the {CONCURRENCY} \
+         the kill can cost and the {lost} datagrams lost: {r1}"
+    );
     ensure!(row(&status, 1)?["state"] == "active", "{status}");
     let gaps = &summary["ifs"];
     ensure!(

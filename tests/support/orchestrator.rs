@@ -163,6 +163,27 @@ impl Orchestrator {
         Ok(())
     }
 
+    /// Ends a test's `scenario` (run against it at `endpoint`): waits for
+    /// it to exit (the scenario's last step sent `shutdown`) and returns
+    /// the scenario's value and its output. If the scenario failed before
+    /// its `shutdown`, sends one, so that the test fails at once with the
+    /// scenario's error (and the log), not [`SHUTDOWN_WAIT`] later with a
+    /// timeout that hides it.
+    pub fn end<T>(self, endpoint: &str, scenario: Result<T>) -> Result<(T, std::process::Output)> {
+        if scenario.is_err() {
+            let _ = kpctl(endpoint, &["shutdown"]);
+        }
+        match (scenario, self.wait(SHUTDOWN_WAIT)) {
+            (Ok(v), Ok(out)) => Ok((v, out)),
+            (Ok(_), Err(e)) => Err(e),
+            (Err(e), Ok(out)) => Err(e.context(format!(
+                "orchestrator log:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            ))),
+            (Err(e), Err(waiting)) => Err(e.context(format!("{waiting:#}"))),
+        }
+    }
+
     /// Waits for it to exit (after `shutdown`) and returns its output. Its own
     /// shutdown is bounded: IF processes get 10 s (SHUTDOWN_GRACE) before they
     /// are killed, the if-manager 10 s more, so [`SHUTDOWN_WAIT`] leaves room
