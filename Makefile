@@ -107,11 +107,24 @@ bench: build models
 bench-peers: build models
 	$(PYTHON) bench/bench.py
 
-# Needs nightly and cargo-fuzz (cargo install cargo-fuzz); SECONDS per target.
+# Every fuzz target of fuzz/ in turn, FUZZ_SECONDS each, one libFuzzer
+# process per target. Not part of `make test`: it needs a nightly toolchain
+# (`rustup toolchain install nightly`) and cargo-fuzz (`cargo install
+# cargo-fuzz --locked`). Each target grows a working corpus in
+# build/fuzz-corpus/<target>/ from the committed seeds in fuzz/corpus/<target>/
+# (which it reads and never writes), so runs accumulate. A crash stops it,
+# the input in fuzz/artifacts/<target>/: minimise it (`cargo +nightly fuzz
+# tmin`), fix, and commit it under fuzz/corpus/<target>/ as a regression.
+# FUZZ_FLAGS: no sanitizer (the fuzzed crates deny unsafe code, so ASan's
+# checks would only slow the search) but debug assertions and overflow
+# checks on. The long run on record is in docs/RELIABILITY.md.
 FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= parse_fragment parse_frame reassembler if_manager_command orchestrator_request model_config
+FUZZ_FLAGS ?= --sanitizer none --debug-assertions
 fuzz:
-	cd wire/fuzz && for t in parse_fragment parse_frame; do \
-	  cargo +nightly fuzz run $$t corpus/$$t -- -max_total_time=$(FUZZ_SECONDS) || exit 1; done
+	for t in $(FUZZ_TARGETS); do mkdir -p build/fuzz-corpus/$$t && \
+	  (cd fuzz && cargo +nightly fuzz run $(FUZZ_FLAGS) $$t ../build/fuzz-corpus/$$t corpus/$$t \
+	    -- -max_total_time=$(FUZZ_SECONDS)) || exit 1; done
 
 # The input pool's slot buffers and span under Miri, strict provenance,
 # Stacked and Tree Borrows. Needs a nightly toolchain with the miri

@@ -180,6 +180,8 @@ use thiserror::Error;
 use kp_wire::answered::{Answer, AnsweredTable};
 use kp_wire::{FragmentRepr, RequestKey, Status};
 
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 #[cfg(test)]
 mod model;

@@ -13,12 +13,17 @@
 //! - [`model`]: the model repository: `models/<name>/config.toml` read into
 //!   a validated [`model::ModelConfig`], and [`model::repository`].
 //! - [`names`]: shared-memory names the if-manager and IFs agree on.
+//! - `fuzzing` (hidden): the bodies of the fuzz targets `if_manager_command`
+//!   and `model_config` in `fuzz/`, also run over their committed seed
+//!   corpora by `cargo test`.
 //!
 //! libml (the IF runtime) re-exports these modules under its own paths.
 
 #![deny(unsafe_code)]
 
 pub mod batching;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod messages;
 pub mod mode;
 pub mod model;

@@ -1,7 +1,8 @@
-//! Bodies of the fuzz targets in `wire/fuzz/`.
+//! Bodies of the wire codec's fuzz targets in `fuzz/` (the repository's
+//! cargo-fuzz project).
 //!
 //! They live here, not in the fuzz crate, so that `cargo test` runs the
-//! committed seed corpus (`wire/fuzz/corpus/<target>/`) through exactly the
+//! committed seed corpus (`fuzz/corpus/<target>/`) through exactly the
 //! code the fuzzer runs, on the stable toolchain. Each body parses, and on
 //! success re-emits, re-parses and asserts that nothing changed; a failed
 //! assertion is the bug the fuzzer reports. Unlike the codec they exercise,
@@ -112,7 +113,7 @@ mod tests {
 
     fn corpus_dir(target: &str) -> PathBuf {
         PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("fuzz/corpus")
+            .join("../fuzz/corpus")
             .join(target)
     }
 
@@ -175,7 +176,7 @@ mod tests {
     /// Writes the seed corpus; run it after changing the generator:
     /// `cargo test -p kp-wire -- --ignored write_seed_corpus`.
     #[test]
-    #[ignore = "writes files into wire/fuzz/corpus"]
+    #[ignore = "writes files into fuzz/corpus"]
     fn write_seed_corpus() {
         for (target, seeds) in [
             ("parse_fragment", fragment_seeds()),

@@ -6,7 +6,7 @@
 //!
 //! It sits at the bottom of the crate graph and depends on nothing of
 //! kneepoint: the if-manager, the IF runtime (libml), the traffic tools and
-//! the fuzz targets (`wire/fuzz/`) all build it alone, without DPDK or an
+//! the fuzz targets (`fuzz/`) all build it alone, without DPDK or an
 //! inference engine.
 //!
 //! # What
@@ -21,7 +21,7 @@
 //! - [`answered`]: [`answered::AnsweredTable`], a fixed-size, time-bounded
 //!   memory of answered requests, so that fragments arriving after an
 //!   answer do not cause a second one.
-//! - [`fuzzing`]: the bodies of the fuzz targets in `wire/fuzz/`, also run
+//! - [`fuzzing`]: the bodies of the fuzz targets in `fuzz/`, also run
 //!   over the committed seed corpus by `cargo test`.
 //!
 //! # Design

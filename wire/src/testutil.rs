@@ -1,6 +1,6 @@
 //! Test helpers shared by the wire tests: frame builders, an independent
 //! checksum, and the fuzz seed corpus (generated here, committed under
-//! `wire/fuzz/corpus/`).
+//! `fuzz/corpus/`).
 
 use std::net::Ipv4Addr;
 

@@ -21,6 +21,8 @@
 //!   [`default_endpoint`] and the permissions of the socket.
 //! * [`client`]: [`ControlClient`], a REQ socket with a timeout (`kpctl`).
 //! * [`table`]: the readable status table.
+//! * `fuzzing` (hidden): the body of the `orchestrator_request` fuzz target
+//!   in `fuzz/`, also run over its committed seed corpus by `cargo test`.
 //!
 //! Limits: the protocol has no authentication; access is the socket's file
 //! permissions (owner-only) or, for TCP, loopback. Requests are handled one
@@ -29,6 +31,8 @@
 #![deny(unsafe_code)]
 
 pub mod client;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod protocol;
 pub mod server;
 pub mod state;

@@ -555,6 +555,29 @@ mod tests {
         Request::parse(bytes).unwrap_err().code()
     }
 
+    /// Found by the `orchestrator_request` fuzz target: without serde_json's
+    /// `float_roundtrip`, `5e54` (how 5000…0001461167879102427580 is sent
+    /// back) parsed one ulp away from the value first parsed.
+    #[test]
+    fn numbers_round_trip_exactly() {
+        for slo in [
+            "5000000000000000000000000000000000001461167879102427580",
+            "5e54",
+            "33.333333333333336",
+            "0.1",
+            "1.7976931348623157e308",
+            "5e-324",
+        ] {
+            let bytes = format!(r#"{{"cmd":"slo","if_id":1,"slo_ms":{slo}}}"#);
+            let request = Request::parse(bytes.as_bytes()).unwrap();
+            let Request::Slo { slo_ms, .. } = request else {
+                panic!("{request:?}")
+            };
+            assert_eq!(slo_ms, slo.parse::<f64>().unwrap(), "{slo}");
+            assert_eq!(Request::parse(&request.to_bytes()), Ok(request), "{slo}");
+        }
+    }
+
     #[test]
     fn parses_every_command() {
         assert_eq!(
