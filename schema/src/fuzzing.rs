@@ -105,32 +105,14 @@ pub fn model_config(data: &[u8]) {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::path::PathBuf;
 
     use super::*;
-
-    fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus")
-            .join(target);
-        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|entry| {
-                let path = entry.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, fs::read(&path).unwrap())
-            })
-            .collect();
-        files.sort();
-        files
-    }
 
     /// The committed seeds run clean; those named `valid_*` are accepted
     /// and the others refused, so the corpus covers both sides.
     #[test]
     fn the_if_manager_command_seed_corpus_runs_clean() {
-        let files = corpus("if_manager_command");
+        let files = kp_wire::fuzzing::seed_corpus("if_manager_command");
         assert!(files.len() >= 10, "only {} seeds", files.len());
         for (name, bytes) in files {
             eprintln!("if_manager_command seed {name}");
@@ -142,7 +124,7 @@ mod tests {
 
     #[test]
     fn the_model_config_seed_corpus_runs_clean() {
-        let files = corpus("model_config");
+        let files = kp_wire::fuzzing::seed_corpus("model_config");
         assert!(files.len() >= 6, "only {} seeds", files.len());
         for (name, bytes) in files {
             eprintln!("model_config seed {name}");

@@ -8,6 +8,9 @@
 //! assertion is the bug the fuzzer reports. Unlike the codec they exercise,
 //! these functions allocate and panic on purpose.
 
+use std::fs;
+use std::path::PathBuf;
+
 use super::net::{emit_udp_frame, parse_udp_frame, FrameErrorKind};
 use super::proto::{
     fragment_range, stride, Fragment, FragmentRepr, MalformedKind, MsgType, Response, ResponseRepr,
@@ -103,38 +106,41 @@ pub fn parse_frame(data: &[u8]) {
     }
 }
 
+/// Where fuzz target `target`'s committed seed corpus is:
+/// `fuzz/corpus/<target>/` of this repository.
+pub fn seed_corpus_dir(target: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../fuzz/corpus")
+        .join(target)
+}
+
+/// Every file of fuzz target `target`'s committed seed corpus (name and
+/// bytes), sorted by name: what each crate's test replays through its
+/// target's body. Panics when the corpus cannot be read (a test helper).
+pub fn seed_corpus(target: &str) -> Vec<(String, Vec<u8>)> {
+    let dir = seed_corpus_dir(target);
+    let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, fs::read(&path).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::path::PathBuf;
 
     use super::*;
     use crate::testutil::{fragment_seeds, frame_seeds};
 
-    fn corpus_dir(target: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/corpus")
-            .join(target)
-    }
-
-    /// Every file in a target's committed corpus, sorted by name.
-    fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
-        let dir = corpus_dir(target);
-        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|entry| {
-                let path = entry.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, fs::read(&path).unwrap())
-            })
-            .collect();
-        files.sort();
-        files
-    }
-
     #[test]
     fn the_fragment_seed_corpus_runs_clean() {
-        let files = corpus("parse_fragment");
+        let files = seed_corpus("parse_fragment");
         assert!(files.len() >= 10, "only {} seeds", files.len());
         for (name, bytes) in files {
             eprintln!("parse_fragment seed {name}");
@@ -144,7 +150,7 @@ mod tests {
 
     #[test]
     fn the_frame_seed_corpus_runs_clean() {
-        let files = corpus("parse_frame");
+        let files = seed_corpus("parse_frame");
         assert!(files.len() >= 10, "only {} seeds", files.len());
         for (name, bytes) in files {
             eprintln!("parse_frame seed {name}");
@@ -160,7 +166,7 @@ mod tests {
             ("parse_fragment", fragment_seeds()),
             ("parse_frame", frame_seeds()),
         ] {
-            let committed = corpus(target);
+            let committed = seed_corpus(target);
             for (name, bytes) in seeds {
                 let found = committed.iter().find(|(n, _)| *n == name);
                 assert_eq!(
@@ -177,12 +183,12 @@ mod tests {
     /// `cargo test -p kp-wire -- --ignored write_seed_corpus`.
     #[test]
     #[ignore = "writes files into fuzz/corpus"]
-    fn write_seed_corpus() {
+    fn write_seed_seed_corpus() {
         for (target, seeds) in [
             ("parse_fragment", fragment_seeds()),
             ("parse_frame", frame_seeds()),
         ] {
-            let dir = corpus_dir(target);
+            let dir = seed_corpus_dir(target);
             fs::create_dir_all(&dir).unwrap();
             for (name, bytes) in seeds {
                 fs::write(dir.join(name), bytes).unwrap();

@@ -995,33 +995,14 @@ pub(crate) mod seeds {
 #[cfg(test)]
 mod tests {
     use std::fs;
-    use std::path::PathBuf;
 
     use super::*;
-
-    fn corpus_dir() -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/reassembler")
-    }
-
-    fn corpus() -> Vec<(String, Vec<u8>)> {
-        let dir = corpus_dir();
-        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|entry| {
-                let path = entry.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, fs::read(&path).unwrap())
-            })
-            .collect();
-        files.sort();
-        files
-    }
 
     /// The committed corpus (the generated seeds, plus any crash inputs
     /// kept as regressions) runs clean.
     #[test]
     fn the_reassembler_seed_corpus_runs_clean() {
-        let files = corpus();
+        let files = kp_wire::fuzzing::seed_corpus("reassembler");
         assert!(files.len() >= 10, "only {} seeds", files.len());
         for (name, bytes) in files {
             eprintln!("reassembler seed {name}");
@@ -1031,7 +1012,7 @@ mod tests {
 
     #[test]
     fn the_committed_seeds_are_up_to_date() {
-        let committed = corpus();
+        let committed = kp_wire::fuzzing::seed_corpus("reassembler");
         for (name, bytes) in seeds::all() {
             let found = committed.iter().find(|(n, _)| n == name);
             assert_eq!(
@@ -1092,7 +1073,7 @@ mod tests {
     #[test]
     #[ignore = "writes files into fuzz/corpus"]
     fn write_reassembler_seed_corpus() {
-        let dir = corpus_dir();
+        let dir = kp_wire::fuzzing::seed_corpus_dir("reassembler");
         fs::create_dir_all(&dir).unwrap();
         for (name, bytes) in seeds::all() {
             fs::write(dir.join(name), bytes).unwrap();

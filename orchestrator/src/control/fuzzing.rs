@@ -112,31 +112,14 @@ fn check(state: &DesiredState, models: &ModelCatalog) {
 
 #[cfg(test)]
 mod tests {
-    use std::fs;
-    use std::path::PathBuf;
 
     use super::*;
-
-    fn corpus() -> Vec<(String, Vec<u8>)> {
-        let dir =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/orchestrator_request");
-        let mut files: Vec<(String, Vec<u8>)> = fs::read_dir(&dir)
-            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-            .map(|entry| {
-                let path = entry.unwrap().path();
-                let name = path.file_name().unwrap().to_string_lossy().into_owned();
-                (name, fs::read(&path).unwrap())
-            })
-            .collect();
-        files.sort();
-        files
-    }
 
     /// The committed seeds run clean; each `valid_*` seed's first line is a
     /// request that parses, the others' do not.
     #[test]
     fn the_orchestrator_request_seed_corpus_runs_clean() {
-        let files = corpus();
+        let files = kp_wire::fuzzing::seed_corpus("orchestrator_request");
         assert!(files.len() >= 10, "only {} seeds", files.len());
         for (name, bytes) in files {
             eprintln!("orchestrator_request seed {name}");
