@@ -382,6 +382,14 @@ struct Shared {
 /// A callback for results ([`Client::on_result`]).
 struct ResultHook(Box<dyn Fn(RequestId, Result<Answer, ClientError>) + Send + Sync>);
 
+impl ResultHook {
+    fn deliver(&self, ready: Vec<(RequestId, Result<Answer, ClientError>)>) {
+        for (id, result) in ready {
+            (self.0)(id, result);
+        }
+    }
+}
+
 impl std::fmt::Debug for ResultHook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("ResultHook")
@@ -667,7 +675,10 @@ impl Client {
             .hook
             .set(ResultHook(Box::new(f)))
             .map_err(|_| ClientError::Config("on_result is set once per client".into()))?;
-        deliver_ready(&self.shared);
+        if let Some(hook) = self.shared.hook.get() {
+            let ready = self.shared.book().take_ready();
+            hook.deliver(ready);
+        }
         Ok(())
     }
 
@@ -846,22 +857,17 @@ fn receive_loop(socket: &UdpSocket, shared: &Shared) {
             Err(_) => 0,
         };
         let ended = ended + book.expire(now);
-        // Notified after unlocking, so a woken waiter finds the lock free.
+        // Results for the on_result callback are taken under this lock
+        // (not a second one); the callback runs and waiters are notified
+        // after unlocking, so a woken waiter finds the lock free.
+        let hook = shared.hook.get().filter(|_| ended > 0);
+        let ready = hook.map(|_| book.take_ready());
         drop(book);
-        if ended > 0 {
-            deliver_ready(shared);
-            shared.ended.notify_all();
+        if let (Some(hook), Some(ready)) = (hook, ready) {
+            hook.deliver(ready);
         }
-    }
-}
-
-/// Hands the results ready for `poll` to the [`Client::on_result`]
-/// callback, if one is set, outside the lock.
-fn deliver_ready(shared: &Shared) {
-    if let Some(hook) = shared.hook.get() {
-        let ready = shared.book().take_ready();
-        for (id, result) in ready {
-            (hook.0)(id, result);
+        if ended > 0 {
+            shared.ended.notify_all();
         }
     }
 }
