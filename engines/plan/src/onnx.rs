@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use prost::Message as _;
 use tract_onnx::pb;
-use tract_onnx::prelude::Framework as _;
 
 use crate::PlanError;
 
@@ -145,17 +145,18 @@ pub struct Graph {
 
 /// Reads and decodes a model file.
 pub fn read_path(path: &Path) -> Result<Graph, PlanError> {
-    let proto = tract_onnx::onnx()
-        .proto_model_for_path(path)
-        .map_err(|e| PlanError::Read(format!("{}: {e:#}", path.display())))?;
-    from_proto(&proto)
+    let bytes =
+        std::fs::read(path).map_err(|e| PlanError::Read(format!("{}: {e}", path.display())))?;
+    read_bytes(&bytes).map_err(|e| match e {
+        PlanError::Read(m) => PlanError::Read(format!("{}: {m}", path.display())),
+        other => other,
+    })
 }
 
 /// Decodes a model held in memory.
 pub fn read_bytes(bytes: &[u8]) -> Result<Graph, PlanError> {
-    let proto = tract_onnx::onnx()
-        .proto_model_for_read(&mut &bytes[..])
-        .map_err(|e| PlanError::Read(format!("{e:#}")))?;
+    let proto = pb::ModelProto::decode(bytes)
+        .map_err(|e| PlanError::Read(format!("not an ONNX model: {e}")))?;
     from_proto(&proto)
 }
 
