@@ -25,9 +25,10 @@
 //!
 //! # Limits
 //!
-//! One device, one stream per [`Gpu`]. No engine yet: the cudnn engine and
-//! the GPU IF (issue 11) build on this crate.
+//! One device, one stream per [`Gpu`]. [`dnn`] holds the network steps the
+//! `cudnn` engine maps a plan onto (cuDNN, cuBLAS, NVRTC step kernels).
 
+pub mod dnn;
 pub mod gather;
 
 /// The cudarc this crate is built on: its device buffers, streams and events
@@ -94,6 +95,28 @@ pub enum GpuError {
     /// The gather's arguments do not fit together.
     #[error(transparent)]
     Gather(#[from] GatherError),
+    /// A library the network steps need (cuDNN, cuBLAS) is not loadable.
+    #[error("{lib} missing (looked for {looked}): {fix}")]
+    NoLibrary {
+        /// Which.
+        lib: &'static str,
+        /// The file names tried.
+        looked: String,
+        /// How to get it.
+        fix: &'static str,
+    },
+    /// A cuDNN or cuBLAS call failed.
+    #[error("{what}: {error}")]
+    Library {
+        /// The call.
+        what: &'static str,
+        /// Its status.
+        error: String,
+    },
+    /// A step was asked to touch memory outside its buffers, or to write
+    /// over its own input.
+    #[error("device memory: {0}")]
+    Bounds(String),
 }
 
 fn cuda(what: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> GpuError {

@@ -1,0 +1,425 @@
+//! The `cudnn` engine: a [`kp_plan::Plan`] run on one GPU, as a libml
+//! `Framework`.
+//!
+//! The plan (shapes, folded batch-norm, fused activations, lowered padding,
+//! arena offsets) is built and proven on the CPU by `kp-plan`; this crate
+//! only maps each step onto the GPU through `kp_cuda::dnn`:
+//!
+//! | plan step       | on the GPU                                          |
+//! |-----------------|-----------------------------------------------------|
+//! | conv            | `cudnnConvolutionForward` (+ `kp_bias_act`)         |
+//! | pad             | `kp_pad`                                            |
+//! | max/avg pool    | `cudnnPoolingForward`; `kp_avgpool` when asymmetric |
+//! | lrn             | `cudnnLRNCrossChannelForward`                       |
+//! | gemm            | `cublasSgemm` (+ `kp_bias_act`)                     |
+//! | softmax         | `cudnnSoftmaxForward` (accurate, per instance)      |
+//! | concat          | `kp_copy_block` per input                           |
+//! | sum             | `kp_add` per extra input                            |
+//! | affine          | `kp_affine`                                         |
+//! | transpose       | `kp_transpose`                                      |
+//! | activation      | `kp_act`                                            |
+//!
+//! Everything is planned once per batch size in
+//! [`GpuPlan::configure`]: cuDNN descriptors and algorithms for
+//! every batch size up to the maximum, one device arena for the largest
+//! batch (the plan's offsets times the batch), one workspace for the
+//! largest convolution, the parameters uploaded once at load. A batch
+//! copies its input into the arena, enqueues the steps on the GPU's one
+//! stream and reads the output back.
+//!
+//! [`GpuPlan`] is the engine itself and needs nothing but kp-plan and
+//! kp-cuda (so `kp-gpu-check` carries it to GPU machines without DPDK);
+//! with the default `framework` feature, [`CudnnEngine`] wraps it as a
+//! libml `Framework` for the IF. Errors are values: no GPU, no driver or
+//! no cuDNN is an `EngineError::Library` that says what was looked for, at
+//! `Framework::init`; there is no CPU fallback. The device is
+//! `$KP_GPU_DEVICE` (default 0).
+//!
+//! # Status
+//!
+//! Built and unit-tested without a GPU; `make gpu-check` runs every model
+//! of the repository through it against ONNX Runtime on a GPU machine. Until
+//! that has passed (docs/GPU.md records each run), treat it as unverified.
+
+use kp_cuda::dnn::{
+    self, Act, ConvOp, ConvSpec, DeviceF32, Dnn, LrnOp, LrnSpec, PoolOp, PoolSpec, SoftmaxOp,
+};
+use kp_cuda::{Gpu, GpuError};
+use kp_plan::{Activation, Op, Plan, PoolKind};
+
+#[cfg(feature = "framework")]
+mod framework;
+#[cfg(feature = "framework")]
+pub use framework::CudnnEngine;
+
+/// The environment variable naming the GPU ordinal.
+pub const DEVICE_ENV: &str = "KP_GPU_DEVICE";
+
+/// A plan on one GPU: its parameters uploaded, and once configured, the
+/// library ops of every batch size, the arena and the workspace.
+#[derive(Debug)]
+pub struct GpuPlan {
+    gpu: Gpu,
+    dnn: Dnn,
+    plan: Plan,
+    params: DeviceF32,
+    run: Option<Configured>,
+}
+
+#[derive(Debug)]
+struct Configured {
+    max_batch: usize,
+    arena: DeviceF32,
+    workspace: DeviceF32,
+    /// `per_batch[b - 1][step]`: the library ops of each step at batch `b`.
+    per_batch: Vec<Vec<StepOp>>,
+}
+
+#[derive(Debug)]
+enum StepOp {
+    Conv(ConvOp),
+    Pool(PoolOp),
+    Lrn(LrnOp),
+    Softmax(SoftmaxOp),
+    /// A step run by a kernel that needs no prepared state.
+    Kernel,
+}
+
+/// Opens GPU `ordinal` and its libraries (cuDNN, cuBLAS, the step kernels).
+pub fn open(ordinal: usize) -> Result<(Gpu, Dnn), GpuError> {
+    let gpu = Gpu::open(ordinal)?;
+    let dnn = Dnn::new(&gpu)?;
+    Ok((gpu, dnn))
+}
+
+impl GpuPlan {
+    /// Uploads `plan`'s parameters to the GPU `open` returned.
+    pub fn new(gpu: Gpu, dnn: Dnn, plan: Plan) -> Result<GpuPlan, GpuError> {
+        let params = DeviceF32::from_host(&dnn, &plan.params)?;
+        Ok(GpuPlan {
+            gpu,
+            dnn,
+            plan,
+            params,
+            run: None,
+        })
+    }
+
+    /// The plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The GPU.
+    pub fn gpu(&self) -> &Gpu {
+        &self.gpu
+    }
+
+    /// The largest batch configured (0 before [`configure`](Self::configure)).
+    pub fn max_batch(&self) -> usize {
+        self.run.as_ref().map_or(0, |r| r.max_batch)
+    }
+
+    /// Prepares every batch size up to `max_batch`: cuDNN descriptors and
+    /// algorithms, the arena, the workspace; then runs one warm-up batch of
+    /// the largest size (first launches load kernels, the libraries pick
+    /// their code paths).
+    pub fn configure(&mut self, max_batch: usize) -> Result<(), GpuError> {
+        if max_batch == 0 {
+            return Err(GpuError::Bounds("max_batch must be at least 1".into()));
+        }
+        if self.max_batch() == max_batch {
+            return Ok(());
+        }
+        self.run = None;
+        let d = &self.dnn;
+        let per_batch = (1..=max_batch)
+            .map(|b| prepare(d, &self.plan, b))
+            .collect::<Result<Vec<_>, _>>()?;
+        let ws_bytes = per_batch
+            .iter()
+            .flatten()
+            .filter_map(|op| match op {
+                StepOp::Conv(c) => Some(c.workspace_bytes()),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0);
+        let mut run = Configured {
+            max_batch,
+            arena: DeviceF32::zeros(d, self.plan.arena_per_sample * max_batch)?,
+            workspace: DeviceF32::zeros(d, ws_bytes.div_ceil(4))?,
+            per_batch,
+        };
+        run_steps(
+            d,
+            &self.plan,
+            &run.per_batch[max_batch - 1],
+            max_batch,
+            &mut run.arena,
+            &self.params,
+            &mut run.workspace,
+        )?;
+        d.stream().synchronize().map_err(|error| GpuError::Cuda {
+            what: "the warm-up batch",
+            error,
+        })?;
+        self.run = Some(run);
+        Ok(())
+    }
+
+    /// Runs `batch` inputs (the plan's input shape, back to back) and
+    /// writes `batch` outputs; waits for the GPU.
+    pub fn run(&mut self, input: &[f32], batch: usize, output: &mut [f32]) -> Result<(), GpuError> {
+        let run = self
+            .run
+            .as_mut()
+            .ok_or_else(|| GpuError::Bounds("run before configure".into()))?;
+        let (pi, po) = (self.plan.input.elems(), self.plan.output.elems());
+        if batch == 0
+            || batch > run.max_batch
+            || input.len() != batch * pi
+            || output.len() != batch * po
+        {
+            return Err(GpuError::Bounds(format!(
+                "a batch of {batch} (at most {}) takes {} input and {} output values, got {} and {}",
+                run.max_batch,
+                batch * pi,
+                batch * po,
+                input.len(),
+                output.len()
+            )));
+        }
+        let d = &self.dnn;
+        let i = self.plan.range(&self.plan.input, batch).start;
+        let o = self.plan.range(&self.plan.output, batch).start;
+        run.arena.write(d, i, input)?;
+        run_steps(
+            d,
+            &self.plan,
+            &run.per_batch[batch - 1],
+            batch,
+            &mut run.arena,
+            &self.params,
+            &mut run.workspace,
+        )?;
+        run.arena.read(d, o, output)
+    }
+}
+
+fn act(a: Activation) -> Act {
+    match a {
+        Activation::Identity => Act::Identity,
+        Activation::Relu => Act::Relu,
+        Activation::Clip { min, max } => Act::Clip { lo: min, hi: max },
+    }
+}
+
+/// The library ops of every step at batch `b`.
+fn prepare(d: &Dnn, plan: &Plan, b: usize) -> Result<Vec<StepOp>, GpuError> {
+    plan.steps
+        .iter()
+        .map(|s| {
+            let sh = &s.inputs[0].shape;
+            Ok(match &s.op {
+                Op::Conv(c) => StepOp::Conv(d.conv(&ConvSpec {
+                    batch: b,
+                    c_in: sh[0],
+                    h: sh[1],
+                    w: sh[2],
+                    c_out: s.output.shape[0],
+                    kernel: c.kernel,
+                    stride: c.stride,
+                    pad: c.pad,
+                    dilation: c.dilation,
+                    groups: c.groups,
+                })?),
+                Op::Pool(p) => StepOp::Pool(d.pool(&PoolSpec {
+                    batch: b,
+                    c: sh[0],
+                    h: sh[1],
+                    w: sh[2],
+                    max: p.kind == PoolKind::Max,
+                    include_pad: matches!(
+                        p.kind,
+                        PoolKind::Avg {
+                            count_include_pad: true
+                        }
+                    ),
+                    kernel: p.kernel,
+                    stride: p.stride,
+                    pads: p.pads,
+                })?),
+                Op::Lrn {
+                    size,
+                    alpha,
+                    beta,
+                    bias,
+                } => StepOp::Lrn(d.lrn(&LrnSpec {
+                    batch: b,
+                    c: sh[0],
+                    h: sh[1],
+                    w: sh[2],
+                    size: *size,
+                    alpha: *alpha,
+                    beta: *beta,
+                    bias: *bias,
+                })?),
+                Op::Softmax { rows, len } => StepOp::Softmax(d.softmax(b * rows, *len)?),
+                _ => StepOp::Kernel,
+            })
+        })
+        .collect()
+}
+
+/// Enqueues every step of `plan` at batch `b`.
+fn run_steps(
+    d: &Dnn,
+    plan: &Plan,
+    ops: &[StepOp],
+    b: usize,
+    arena: &mut DeviceF32,
+    params: &DeviceF32,
+    workspace: &mut DeviceF32,
+) -> Result<(), GpuError> {
+    for (s, op) in plan.steps.iter().zip(ops) {
+        let at = |t: &kp_plan::Tensor| plan.range(t, b).start;
+        let (x, y) = (at(&s.inputs[0]), at(&s.output));
+        match (&s.op, op) {
+            (Op::Conv(c), StepOp::Conv(k)) => d.run_conv(
+                k,
+                arena,
+                x,
+                y,
+                params,
+                c.weight.offset,
+                c.bias.map(|p| p.offset),
+                act(c.act),
+                workspace,
+            )?,
+            (Op::Pad { pads, value }, _) => {
+                let sh = &s.inputs[0].shape;
+                d.run_pad(arena, x, y, b * sh[0], [sh[1], sh[2]], *pads, *value)?
+            }
+            (Op::Pool(_), StepOp::Pool(k)) => d.run_pool(k, arena, x, y)?,
+            (Op::Lrn { .. }, StepOp::Lrn(k)) => d.run_lrn(k, arena, x, y)?,
+            (
+                Op::Gemm {
+                    k,
+                    m,
+                    weight,
+                    bias,
+                    act: a,
+                },
+                _,
+            ) => d.run_gemm(
+                arena,
+                x,
+                y,
+                b,
+                *k,
+                *m,
+                params,
+                weight.offset,
+                bias.map(|p| p.offset),
+                act(*a),
+            )?,
+            (Op::Softmax { .. }, StepOp::Softmax(k)) => d.run_softmax(k, arena, x, y)?,
+            (Op::Concat, _) => {
+                let per_dst = s.output.elems();
+                let mut off = 0;
+                for t in &s.inputs {
+                    d.run_copy_block(arena, at(t), y, b, t.elems(), per_dst, off)?;
+                    off += t.elems();
+                }
+            }
+            (Op::Sum { act: a }, _) => {
+                let n = b * s.output.elems();
+                let last = s.inputs.len() - 1;
+                let a0 = if last == 1 { act(*a) } else { Act::Identity };
+                d.run_add(arena, x, at(&s.inputs[1]), y, n, a0)?;
+                for (i, t) in s.inputs.iter().enumerate().skip(2) {
+                    let ai = if i == last { act(*a) } else { Act::Identity };
+                    d.run_add(arena, y, at(t), y, n, ai)?;
+                }
+            }
+            (
+                Op::ChannelAffine {
+                    scale,
+                    shift,
+                    act: a,
+                },
+                _,
+            ) => {
+                let c = s.inputs[0].shape[0];
+                let hw = s.inputs[0].elems() / c;
+                d.run_affine(
+                    arena,
+                    x,
+                    y,
+                    b,
+                    c,
+                    hw,
+                    params,
+                    scale.offset,
+                    shift.offset,
+                    act(*a),
+                )?
+            }
+            (Op::Transpose { perm }, _) => {
+                d.run_transpose(arena, x, y, b, &s.inputs[0].shape, perm)?
+            }
+            (Op::Activation(a), _) => d.run_act(arena, x, y, b * s.output.elems(), act(*a))?,
+            (other, _) => {
+                return Err(GpuError::Bounds(format!(
+                    "step {} has no prepared op (internal error)",
+                    other.name()
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The kernels' source, for listings and checks.
+pub fn kernel_source() -> &'static str {
+    dnn::KERNEL_SOURCE
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_gpu_opening_is_a_clear_error() {
+        match open(0) {
+            Ok((gpu, _)) => assert!(!gpu.info().name.is_empty()),
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    GpuError::NoDriver { .. }
+                        | GpuError::NoNvrtc { .. }
+                        | GpuError::NoDevice(_)
+                        | GpuError::NoLibrary { .. }
+                ),
+                "{e}"
+            ),
+        }
+    }
+
+    #[test]
+    fn every_step_kernel_is_in_the_source() {
+        for k in [
+            "kp_bias_act",
+            "kp_affine",
+            "kp_add",
+            "kp_act",
+            "kp_pad",
+            "kp_avgpool",
+            "kp_copy_block",
+            "kp_transpose",
+        ] {
+            assert!(kernel_source().contains(&format!("void {k}(")), "{k}");
+        }
+    }
+}
