@@ -135,9 +135,11 @@ miri:
 
 # The GPU path on a machine with a GPU (docs/GPU.md). `make gpu-bundle`, on
 # this build machine, puts the stripped kp-gpu-check and its script in
-# build/gpu/ (a few MiB); `make gpu-check`, on the GPU machine, runs them
-# and builds nothing (no cargo, DPDK or network needed there). Without a GPU
-# it says so and exits 2 at once.
+# build/gpu/ (~18 MiB); `make gpu-check`, on the GPU machine, runs them
+# and builds nothing (no cargo, DPDK or network needed there): the gather,
+# then the cudnn engine on every model (prepared there by
+# scripts/prepare_models.py from build/wheels/) against the CPU reference
+# and the machine's onnxruntime. Without a GPU it says so and exits 2 at once.
 gpu-bundle:
 	$(CARGO) build $(CARGO_FLAGS) -p kp-gpu-check
 	mkdir -p build/gpu

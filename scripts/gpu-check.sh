@@ -6,9 +6,19 @@
 # server without cargo, DPDK or network. Finds the CUDA libraries of the
 # nvidia-* pip wheels (nvidia-cuda-nvrtc, nvidia-cublas, nvidia-cudnn-cu13)
 # under python3's site-packages, then the system's; libcuda comes from the
-# driver. Exit status: kp-gpu-check's (0 passed, 1 a check failed, 2 no GPU
-# path on this machine). GPU_CHECK_OUT: where the CSV goes
-# (build/gpu-check).
+# driver.
+#
+# The cudnn engine is checked on a model repository: GPU_CHECK_MODELS if
+# set, else one prepared here into $out/models by scripts/prepare_models.py
+# (when run from a checkout, with python3 having onnx, onnxruntime and
+# numpy; the pinned wheels it needs for labels and the trained model must
+# be in build/wheels/, since nothing is downloaded here: carry them).
+# GPU_CHECK_ONLY limits the models (comma-separated names). After
+# kp-gpu-check, scripts/gpu_check_ort.py holds the engine's outputs against
+# this machine's own onnxruntime.
+#
+# Exit status: 0 passed, 1 a check failed, 2 no GPU path on this machine.
+# GPU_CHECK_OUT: where the CSVs go (build/gpu-check).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${GPU_CHECK_OUT:-build/gpu-check}
@@ -28,4 +38,41 @@ if command -v python3 >/dev/null 2>&1; then
     echo "gpu-check: CUDA libraries from the pip wheels under $site/nvidia" >&2
   fi
 fi
-exec "$bin" --out "$out" "$@"
+
+# Without a GPU path, say so at once (before any model is prepared).
+set +e
+"$bin" --out "$out" --reps 1 --max-batch 1 >/dev/null 2>"$out.probe.err" </dev/null
+probe=$?
+set -e
+if [[ $probe == 2 ]]; then
+  cat "$out.probe.err" >&2
+  rm -f "$out.probe.err"
+  exit 2
+fi
+rm -f "$out.probe.err"
+
+# The repository to check the engine on.
+repo=
+for r in "$here/.." "$here/../.."; do
+  if [[ -f $r/scripts/prepare_models.py && -f $r/configs/models.toml ]]; then repo=$(cd "$r" && pwd); break; fi
+done
+models=${GPU_CHECK_MODELS:-}
+if [[ -z $models && -n $repo ]] && python3 -c 'import onnx, onnxruntime, numpy' 2>/dev/null; then
+  models="$out/models"
+  mkdir -p "$models"
+  t0=$SECONDS
+  echo "gpu-check: preparing the model repository in $models (scripts/prepare_models.py)" >&2
+  python3 "$repo/scripts/prepare_models.py" --out "$models" --photos "$out/photos" \
+    --cal-threads "$(nproc)" ${GPU_CHECK_ONLY:+--only "$GPU_CHECK_ONLY"} >&2
+  echo "gpu-check: models ready in $((SECONDS - t0)) s" >&2
+fi
+if [[ -z $models ]]; then
+  echo "gpu-check: no model repository (set GPU_CHECK_MODELS, or run from a checkout with python3 onnx + onnxruntime): the engine is not checked" >&2
+  exec "$bin" --out "$out" "$@"
+fi
+"$bin" --out "$out" --models "$models" "$@"
+if python3 -c 'import onnxruntime' 2>/dev/null; then
+  python3 "${repo:-$here/..}/scripts/gpu_check_ort.py" "$models" "$out"
+else
+  echo "gpu-check: no onnxruntime for python3 here: the engine was checked against the CPU reference only" >&2
+fi

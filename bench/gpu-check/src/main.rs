@@ -11,11 +11,22 @@
 //!    the same bytes (`cuMemcpyHtoDAsync`), medians of CUDA-event timings
 //!    over `--reps` runs each, in the same run (target: ≥ 0.9×).
 //!
-//! Writes `gather.csv` under `--out` and prints a summary. Exit status: 0
-//! all checks passed; 1 a check failed; 2 no GPU path here.
+//! 5. With `--models DIR`: every `DIR/<name>/model.onnx` planned by kp-plan
+//!    and run by the `cudnn` engine (kp-engine-cudnn's `GpuPlan`) at batch
+//!    2 against the plan's CPU reference backend (which `make test` holds
+//!    against ONNX Runtime): same top-5, max difference at most 1e-3 of the
+//!    largest score; the input and the GPU's output are written under
+//!    `--out/engine/<name>/` for scripts/gpu_check_ort.py to hold against
+//!    the machine's own ONNX Runtime; then the latency per batch size
+//!    (1, 2, 4, ... `--max-batch`; median and p90 of `--reps` runs, input
+//!    copy and output read-back included).
+//!
+//! Writes `gather.csv` (and `engine.csv`) under `--out` and prints a
+//! summary. Exit status: 0 all checks passed; 1 a check failed; 2 no GPU
+//! path here.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -23,6 +34,8 @@ use anyhow::{ensure, Context, Result};
 use clap::Parser;
 use kp_cuda::gather::{self, GatherShape};
 use kp_cuda::{Gpu, PinnedRegion};
+use kp_engine_cudnn::GpuPlan;
+use kp_plan::{CpuBackend, Plan};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -40,6 +53,12 @@ struct Args {
     /// Timed runs per measurement (the median is reported).
     #[arg(long, default_value_t = 50)]
     reps: usize,
+    /// A model repository to run through the cudnn engine.
+    #[arg(long)]
+    models: Option<PathBuf>,
+    /// The largest batch of the engine's latency sweep.
+    #[arg(long, default_value_t = 32)]
+    max_batch: usize,
 }
 
 /// The pool: 64 MiB, like a small IF's hugepage pool.
@@ -198,7 +217,133 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
         "gather: every batch bit-exact against the CPU reference; worst bandwidth ratio to a plain pinned copy {worst_ratio:.2} (target >= 0.9); {}",
         csv_path.display()
     );
+    match &args.models {
+        Some(dir) => engines(args, dir),
+        None => {
+            println!("engine: no --models given, the cudnn engine was not checked");
+            Ok(())
+        }
+    }
+}
+
+/// Every model of `dir` on the cudnn engine: agreement, then latency.
+fn engines(args: &Args, dir: &Path) -> Result<()> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.path().join("model.onnx").exists())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    ensure!(
+        !names.is_empty(),
+        "no <name>/model.onnx under {}",
+        dir.display()
+    );
+    let csv_path = args.out.join("engine.csv");
+    let mut csv = std::fs::File::create(&csv_path)?;
+    writeln!(csv, "model,batch,median_ms,p90_ms,images_per_s")?;
+    let mut failed = Vec::new();
+    for name in &names {
+        let t = Instant::now();
+        let plan = Plan::load(&dir.join(name).join("model.onnx"))
+            .with_context(|| format!("planning {name}"))?;
+        let (pi, po) = (plan.input.elems(), plan.output.elems());
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ name.len() as u64;
+        let input: Vec<f32> = (0..2 * pi)
+            .map(|_| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                (rng >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+            })
+            .collect();
+        let mut want = vec![0.0f32; 2 * po];
+        CpuBackend::new(plan.clone(), 2).run(&input, 2, &mut want)?;
+        let cpu_s = t.elapsed().as_secs_f64();
+        let (gpu, dnn) = kp_engine_cudnn::open(args.device)?;
+        let mut gp = GpuPlan::new(gpu, dnn, plan)?;
+        let t = Instant::now();
+        gp.configure(args.max_batch)?;
+        let configure_s = t.elapsed().as_secs_f64();
+        let mut got = vec![0.0f32; 2 * po];
+        gp.run(&input, 2, &mut got)?;
+        let mut worst = 0.0f32;
+        let mut same_top5 = true;
+        for n in 0..2 {
+            let (g, w) = (&got[n * po..(n + 1) * po], &want[n * po..(n + 1) * po]);
+            let scale = w
+                .iter()
+                .fold(0.0f32, |m, v| m.max(v.abs()))
+                .max(f32::MIN_POSITIVE);
+            let diff = g
+                .iter()
+                .zip(w)
+                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+            worst = worst.max(diff / scale);
+            same_top5 &= top5(g) == top5(w);
+        }
+        let ok = worst <= 1e-3 && same_top5 && got.iter().all(|v| v.is_finite());
+        let keep = args.out.join("engine").join(name);
+        std::fs::create_dir_all(&keep)?;
+        std::fs::write(keep.join("input_b2.f32"), bytes(&input))?;
+        std::fs::write(keep.join("cudnn_b2.f32"), bytes(&got))?;
+        println!(
+            "{name:20} {} steps  agree: {}  (max diff {worst:.2e} of the largest score, top-5 {})  cpu reference {cpu_s:.1} s, configure 1..{} {configure_s:.1} s",
+            gp.plan().steps.len(),
+            if ok { "yes" } else { "NO" },
+            if same_top5 { "same" } else { "DIFFERENT" },
+            args.max_batch
+        );
+        if !ok {
+            failed.push(name.clone());
+        }
+        let mut b = 1;
+        let mut line = String::new();
+        while b <= args.max_batch {
+            let inp: Vec<f32> = input[..pi].iter().copied().cycle().take(b * pi).collect();
+            let mut out = vec![0.0f32; b * po];
+            gp.run(&inp, b, &mut out)?;
+            let mut ms = Vec::with_capacity(args.reps);
+            for _ in 0..args.reps.max(1) {
+                let t = Instant::now();
+                gp.run(&inp, b, &mut out)?;
+                ms.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            ms.sort_by(f64::total_cmp);
+            let (p50, p90) = (ms[ms.len() / 2], ms[(ms.len() * 9 / 10).min(ms.len() - 1)]);
+            writeln!(
+                csv,
+                "{name},{b},{p50:.4},{p90:.4},{:.1}",
+                b as f64 / p50 * 1e3
+            )?;
+            line.push_str(&format!(" b{b}:{p50:.2}ms"));
+            b *= 2;
+        }
+        println!("{name:20} latency p50{line}");
+    }
+    ensure!(
+        failed.is_empty(),
+        "the cudnn engine disagrees with the CPU reference on: {}",
+        failed.join(", ")
+    );
+    println!(
+        "engine: all {} models agree with the CPU reference; {}",
+        names.len(),
+        csv_path.display()
+    );
     Ok(())
+}
+
+fn top5(v: &[f32]) -> Vec<usize> {
+    let mut idx: Vec<usize> = (0..v.len()).collect();
+    idx.sort_by(|&a, &b| v[b].total_cmp(&v[a]));
+    idx.truncate(5);
+    idx
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
 /// The median of `reps` runs of `f` on `gpu`'s stream, timed with CUDA
