@@ -480,13 +480,26 @@ impl Dnn {
         }
         .result()
         .map_err(dnn_err("cudnnGetConvolutionForwardAlgorithm_v7"))?;
-        let best = perf[..found.max(0) as usize]
+        // The fastest algorithm that runs in strict fp32 (FMA math): the
+        // heuristics may also offer TF32 tensor-core ones for float data.
+        let ok: Vec<&dnn::cudnnConvolutionFwdAlgoPerf_t> = perf[..found.clamp(0, 8) as usize]
             .iter()
-            .find(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+            .filter(|p| p.status == dnn::cudnnStatus_t::CUDNN_STATUS_SUCCESS)
+            .collect();
+        let best = ok
+            .iter()
+            .find(|p| p.mathType == dnn::cudnnMathType_t::CUDNN_FMA_MATH)
+            .or_else(|| ok.first())
             .ok_or_else(|| GpuError::Library {
                 what: "cudnnGetConvolutionForwardAlgorithm_v7",
                 error: format!("no algorithm for {s:?}"),
             })?;
+        if best.mathType != dnn::cudnnMathType_t::CUDNN_FMA_MATH {
+            // SAFETY: `conv.0` is a live descriptor.
+            unsafe { dnn::cudnnSetConvolutionMathType(conv.0, best.mathType) }
+                .result()
+                .map_err(dnn_err("cudnnSetConvolutionMathType"))?;
+        }
         Ok(ConvOp {
             spec: *s,
             out,
