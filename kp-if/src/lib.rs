@@ -17,6 +17,7 @@ pub fn engine_for(kind: EngineKind) -> Result<Box<dyn Framework>, EngineError> {
     Ok(match kind {
         EngineKind::OnnxRuntime => Box::new(kp_engine_onnxruntime::OnnxRuntime::new()),
         EngineKind::Tract => Box::new(kp_engine_tract::Tract::new()),
+        EngineKind::Cudnn => Box::new(kp_engine_cudnn::CudnnEngine::new()),
     })
 }
 
@@ -27,7 +28,7 @@ pub struct EngineOverrides {
     /// Engine intra-op threads (default: the model's).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// Engine, `onnxruntime` or `tract` (default: the model's).
+    /// Engine, `onnxruntime`, `tract` or `cudnn` (default: the model's).
     #[arg(long)]
     pub engine: Option<EngineKind>,
 }

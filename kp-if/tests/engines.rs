@@ -461,3 +461,31 @@ fn latency_onnxruntime_vs_tract() {
         }
     }
 }
+
+/// `engine = "cudnn"` on a machine without a GPU path: the engine is made,
+/// and `init` refuses with what is missing (no panic, no CPU fallback); on
+/// a GPU machine it opens the device.
+#[test]
+fn the_cudnn_engine_without_a_gpu_refuses_at_init_with_what_is_missing() {
+    let mut e = engine_for(EngineKind::Cudnn).unwrap();
+    assert_eq!(e.name(), "cudnn");
+    match e.init(&EngineConfig {
+        intra_op_threads: 1,
+    }) {
+        Ok(()) => {}
+        Err(libml::engine::EngineError::Library(msg)) => assert!(
+            [
+                "no CUDA driver found",
+                "NVRTC missing",
+                "no GPU",
+                "cuDNN missing",
+                "cuBLAS missing"
+            ]
+            .iter()
+            .any(|p| msg.starts_with(p)),
+            "{msg}"
+        ),
+        Err(other) => panic!("expected a library error, got {other}"),
+    }
+    e.deinit();
+}

@@ -42,6 +42,11 @@ pub enum EngineKind {
     /// tract (`engine = "tract"`), pure Rust, needs nothing installed.
     #[serde(rename = "tract")]
     Tract,
+    /// The GPU engine (`engine = "cudnn"`): the model as a kp-plan plan on
+    /// cuDNN / cuBLAS; needs an NVIDIA GPU with the CUDA 13 libraries, and
+    /// fails at start with what is missing otherwise (no CPU fallback).
+    #[serde(rename = "cudnn")]
+    Cudnn,
 }
 
 impl EngineKind {
@@ -50,6 +55,7 @@ impl EngineKind {
         match self {
             EngineKind::OnnxRuntime => "onnxruntime",
             EngineKind::Tract => "tract",
+            EngineKind::Cudnn => "cudnn",
         }
     }
 }
@@ -63,12 +69,16 @@ impl std::fmt::Display for EngineKind {
 impl std::str::FromStr for EngineKind {
     type Err = String;
 
-    /// The names `config.toml` uses: `onnxruntime`, `tract`.
+    /// The names `config.toml` uses: `onnxruntime`, `tract`, `cudnn`.
     fn from_str(s: &str) -> Result<EngineKind, String> {
-        [EngineKind::OnnxRuntime, EngineKind::Tract]
-            .into_iter()
-            .find(|k| k.as_str() == s)
-            .ok_or_else(|| format!("unknown engine '{s}' (onnxruntime, tract)"))
+        [
+            EngineKind::OnnxRuntime,
+            EngineKind::Tract,
+            EngineKind::Cudnn,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
+        .ok_or_else(|| format!("unknown engine '{s}' (onnxruntime, tract, cudnn)"))
     }
 }
 
@@ -556,11 +566,15 @@ mod tests {
 
     #[test]
     fn engine_names_parse_as_in_config_toml_and_nothing_else_does() {
-        for k in [EngineKind::OnnxRuntime, EngineKind::Tract] {
+        for k in [
+            EngineKind::OnnxRuntime,
+            EngineKind::Tract,
+            EngineKind::Cudnn,
+        ] {
             assert_eq!(k.as_str().parse::<EngineKind>(), Ok(k));
         }
         let e = "onnx".parse::<EngineKind>().unwrap_err();
-        assert!(e.contains("onnxruntime, tract"), "{e}");
+        assert!(e.contains("onnxruntime, tract, cudnn"), "{e}");
     }
 
     const RESNET: &str = r#"
