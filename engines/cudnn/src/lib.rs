@@ -42,7 +42,7 @@
 //! that has passed (docs/GPU.md records each run), treat it as unverified.
 
 use kp_cuda::dnn::{
-    self, Act, ConvOp, ConvSpec, DeviceF32, Dnn, LrnOp, LrnSpec, PoolOp, PoolSpec, SoftmaxOp,
+    self, Act, ConvOp, ConvSpec, DeviceF32, Dnn, LrnOp, LrnSpec, Nchw, PoolOp, PoolSpec, SoftmaxOp,
 };
 use kp_cuda::{Gpu, GpuError};
 use kp_plan::{Activation, Op, Plan, PoolKind};
@@ -221,12 +221,20 @@ fn prepare(d: &Dnn, plan: &Plan, b: usize) -> Result<Vec<StepOp>, GpuError> {
         .iter()
         .map(|s| {
             let sh = &s.inputs[0].shape;
+            // The input as an image: conv, pool and LRN steps have [c, h, w]
+            // inputs (the planner checks); the other steps do not use it.
+            let nchw = match sh.as_slice() {
+                &[c, h, w] => Nchw { n: b, c, h, w },
+                _ => Nchw {
+                    n: b,
+                    c: 0,
+                    h: 0,
+                    w: 0,
+                },
+            };
             Ok(match &s.op {
                 Op::Conv(c) => StepOp::Conv(d.conv(&ConvSpec {
-                    batch: b,
-                    c_in: sh[0],
-                    h: sh[1],
-                    w: sh[2],
+                    x: nchw,
                     c_out: s.output.shape[0],
                     kernel: c.kernel,
                     stride: c.stride,
@@ -235,10 +243,7 @@ fn prepare(d: &Dnn, plan: &Plan, b: usize) -> Result<Vec<StepOp>, GpuError> {
                     groups: c.groups,
                 })?),
                 Op::Pool(p) => StepOp::Pool(d.pool(&PoolSpec {
-                    batch: b,
-                    c: sh[0],
-                    h: sh[1],
-                    w: sh[2],
+                    x: nchw,
                     max: p.kind == PoolKind::Max,
                     include_pad: matches!(
                         p.kind,
@@ -256,10 +261,7 @@ fn prepare(d: &Dnn, plan: &Plan, b: usize) -> Result<Vec<StepOp>, GpuError> {
                     beta,
                     bias,
                 } => StepOp::Lrn(d.lrn(&LrnSpec {
-                    batch: b,
-                    c: sh[0],
-                    h: sh[1],
-                    w: sh[2],
+                    x: nchw,
                     size: *size,
                     alpha: *alpha,
                     beta: *beta,

@@ -194,6 +194,13 @@ impl DeviceF32 {
         self.check(r.clone())?;
         Ok(self.base + 4 * r.start as u64)
     }
+
+    /// The addresses of a step's input `x` and output `y`, after checking
+    /// both ranges and that they do not overlap.
+    fn io(&self, x: &Range<usize>, y: &Range<usize>) -> Result<(u64, u64), GpuError> {
+        disjoint(x, y)?;
+        Ok((self.ptr(x.clone())?, self.ptr(y.clone())?))
+    }
 }
 
 fn disjoint(a: &Range<usize>, b: &Range<usize>) -> Result<(), GpuError> {
@@ -418,8 +425,8 @@ impl Dnn {
     pub fn conv(&self, s: &ConvSpec) -> Result<ConvOp, GpuError> {
         self.bind()?;
         let out = s.out();
-        let x = TensorDesc::nchw(s.batch, s.c_in, s.h, s.w)?;
-        let y = TensorDesc::nchw(s.batch, s.c_out, out[0], out[1])?;
+        let x = s.x.desc()?;
+        let y = TensorDesc::nchw(s.x.n, s.c_out, out[0], out[1])?;
         let w = FilterDesc::new()?;
         // SAFETY: `w.0` is a live descriptor.
         unsafe {
@@ -428,7 +435,7 @@ impl Dnn {
                 dnn::cudnnDataType_t::CUDNN_DATA_FLOAT,
                 dnn::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW,
                 int(s.c_out, "c_out")?,
-                int(s.c_in / s.groups.max(1), "c_in/groups")?,
+                int(s.x.c / s.groups.max(1), "c_in/groups")?,
                 int(s.kernel[0], "kh")?,
                 int(s.kernel[1], "kw")?,
             )
@@ -528,11 +535,10 @@ impl Dnn {
         workspace: &mut DeviceF32,
     ) -> Result<(), GpuError> {
         let s = &op.spec;
-        let xr = x..x + s.batch * s.c_in * s.h * s.w;
-        let yr = y..y + s.batch * s.c_out * op.out[0] * op.out[1];
-        disjoint(&xr, &yr)?;
-        let wr = w..w + s.c_out * (s.c_in / s.groups.max(1)) * s.kernel[0] * s.kernel[1];
-        let (xp, yp, wp) = (arena.ptr(xr)?, arena.ptr(yr.clone())?, params.ptr(wr)?);
+        let xr = x..x + s.x.len();
+        let yr = y..y + s.x.n * s.c_out * op.out[0] * op.out[1];
+        let wr = w..w + s.c_out * (s.x.c / s.groups.max(1)) * s.kernel[0] * s.kernel[1];
+        let ((xp, yp), wp) = (arena.io(&xr, &yr)?, params.ptr(wr)?);
         let ws_len = op.workspace_bytes.div_ceil(4);
         let wsp = workspace.ptr(0..ws_len)?;
         let bp = match bias {
@@ -617,8 +623,8 @@ impl Dnn {
             });
         }
         self.bind()?;
-        let x = TensorDesc::nchw(s.batch, s.c, s.h, s.w)?;
-        let y = TensorDesc::nchw(s.batch, s.c, out[0], out[1])?;
+        let x = s.x.desc()?;
+        let y = TensorDesc::nchw(s.x.n, s.x.c, out[0], out[1])?;
         let p = PoolDesc::new()?;
         let mode = if s.max {
             dnn::cudnnPoolingMode_t::CUDNN_POOLING_MAX
@@ -661,10 +667,9 @@ impl Dnn {
         y: usize,
     ) -> Result<(), GpuError> {
         let s = &op.spec;
-        let xr = x..x + s.batch * s.c * s.h * s.w;
-        let yr = y..y + s.batch * s.c * op.out[0] * op.out[1];
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr)?, arena.ptr(yr.clone())?);
+        let xr = x..x + s.x.len();
+        let yr = y..y + s.x.n * s.x.c * op.out[0] * op.out[1];
+        let (xp, yp) = arena.io(&xr, &yr)?;
         match &op.cudnn {
             Some((xd, yd, pd)) => {
                 let (alpha, beta) = (1.0f32, 0.0f32);
@@ -688,9 +693,9 @@ impl Dnn {
             }
             None => {
                 let v = |u: usize| u as u64;
-                let planes = v(s.batch * s.c);
+                let planes = v(s.x.n * s.x.c);
                 let inc = i32::from(s.include_pad);
-                let (h, w, oh, ow) = (v(s.h), v(s.w), v(op.out[0]), v(op.out[1]));
+                let (h, w, oh, ow) = (v(s.x.h), v(s.x.w), v(op.out[0]), v(op.out[1]));
                 let (kh, kw, sh, sw) = (
                     v(s.kernel[0]),
                     v(s.kernel[1]),
@@ -728,7 +733,7 @@ impl Dnn {
     /// Local response normalisation across channels (ONNX LRN) at one batch.
     pub fn lrn(&self, s: &LrnSpec) -> Result<LrnOp, GpuError> {
         self.bind()?;
-        let t = TensorDesc::nchw(s.batch, s.c, s.h, s.w)?;
+        let t = s.x.desc()?;
         let d = LrnDesc::new()?;
         // SAFETY: `d.0` is live. cuDNN divides alpha by the window like ONNX.
         unsafe {
@@ -754,10 +759,9 @@ impl Dnn {
         y: usize,
     ) -> Result<(), GpuError> {
         let s = &op.spec;
-        let n = s.batch * s.c * s.h * s.w;
+        let n = s.x.len();
         let (xr, yr) = (x..x + n, y..y + n);
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr)?, arena.ptr(yr)?);
+        let (xp, yp) = arena.io(&xr, &yr)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         self.bind()?;
         // SAFETY: the descriptor describes both checked, disjoint ranges;
@@ -799,8 +803,7 @@ impl Dnn {
     ) -> Result<(), GpuError> {
         let n = op.rows * op.len;
         let (xr, yr) = (x..x + n, y..y + n);
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr)?, arena.ptr(yr)?);
+        let (xp, yp) = arena.io(&xr, &yr)?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         self.bind()?;
         // SAFETY: the descriptor ([rows, len, 1, 1]) describes both checked,
@@ -841,12 +844,7 @@ impl Dnn {
         act: Act,
     ) -> Result<(), GpuError> {
         let (xr, yr) = (x..x + batch * k, y..y + batch * m);
-        disjoint(&xr, &yr)?;
-        let (xp, yp, wp) = (
-            arena.ptr(xr)?,
-            arena.ptr(yr.clone())?,
-            params.ptr(w..w + m * k)?,
-        );
+        let ((xp, yp), wp) = (arena.io(&xr, &yr)?, params.ptr(w..w + m * k)?);
         let bp = match bias {
             Some(b) => params.ptr(b..b + m)?,
             None => 0,
@@ -905,8 +903,7 @@ impl Dnn {
     ) -> Result<(), GpuError> {
         let n = batch * c * hw;
         let (xr, yr) = (x..x + n, y..y + n);
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr)?, arena.ptr(yr)?);
+        let (xp, yp) = arena.io(&xr, &yr)?;
         let (sp, tp) = (params.ptr(scale..scale + c)?, params.ptr(shift..shift + c)?);
         let (code, lo, hi) = act.code();
         let (c, hw, total) = (c as u64, hw as u64, n as u64);
@@ -974,8 +971,7 @@ impl Dnn {
         act: Act,
     ) -> Result<(), GpuError> {
         let (xr, yr) = (x..x + n, y..y + n);
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr)?, arena.ptr(yr)?);
+        let (xp, yp) = arena.io(&xr, &yr)?;
         let (code, lo, hi) = act.code();
         let total = n as u64;
         let mut b = self.stream.launch_builder(&self.k.act);
@@ -1001,8 +997,7 @@ impl Dnn {
     ) -> Result<(), GpuError> {
         let (oh, ow) = (hw[0] + pads[0] + pads[2], hw[1] + pads[1] + pads[3]);
         let (xr, yr) = (x..x + planes * hw[0] * hw[1], y..y + planes * oh * ow);
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr)?, arena.ptr(yr.clone())?);
+        let (xp, yp) = arena.io(&xr, &yr)?;
         let v = |u: usize| u as u64;
         let (p, h, w, oh, ow, t, l) = (
             v(planes),
@@ -1050,8 +1045,7 @@ impl Dnn {
             )));
         }
         let (xr, yr) = (x..x + batch * per_src, y..y + batch * per_dst);
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr.clone())?, arena.ptr(yr)?);
+        let (xp, yp) = arena.io(&xr, &yr)?;
         let (n, ps, pd, a) = (batch as u64, per_src as u64, per_dst as u64, at as u64);
         let mut b = self.stream.launch_builder(&self.k.copy_block);
         b.arg(&xp).arg(&yp).arg(&n).arg(&ps).arg(&pd).arg(&a);
@@ -1097,8 +1091,7 @@ impl Dnn {
             p.in_stride[i] = stride[src];
         }
         let (xr, yr) = (x..x + batch * per, y..y + batch * per);
-        disjoint(&xr, &yr)?;
-        let (xp, yp) = (arena.ptr(xr)?, arena.ptr(yr.clone())?);
+        let (xp, yp) = arena.io(&xr, &yr)?;
         let n = batch as u64;
         let mut b = self.stream.launch_builder(&self.k.transpose);
         b.arg(&xp).arg(&yp).arg(&n).arg(&p);
@@ -1111,17 +1104,40 @@ impl Dnn {
     }
 }
 
+/// The sizes of an NCHW tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Nchw {
+    /// Batch.
+    pub n: usize,
+    /// Channels.
+    pub c: usize,
+    /// Height.
+    pub h: usize,
+    /// Width.
+    pub w: usize,
+}
+
+impl Nchw {
+    /// Values.
+    pub fn len(&self) -> usize {
+        self.n * self.c * self.h * self.w
+    }
+
+    /// Whether it holds no values.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn desc(&self) -> Result<TensorDesc, GpuError> {
+        TensorDesc::nchw(self.n, self.c, self.h, self.w)
+    }
+}
+
 /// A convolution's sizes at one batch size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConvSpec {
-    /// Batch.
-    pub batch: usize,
-    /// Input channels.
-    pub c_in: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
+    /// The input.
+    pub x: Nchw,
     /// Output channels.
     pub c_out: usize,
     /// `[kh, kw]`.
@@ -1140,7 +1156,7 @@ impl ConvSpec {
     /// Output `[oh, ow]`.
     pub fn out(&self) -> [usize; 2] {
         [0, 1].map(|d| {
-            let i = [self.h, self.w][d] + 2 * self.pad[d];
+            let i = [self.x.h, self.x.w][d] + 2 * self.pad[d];
             let k = (self.kernel[d] - 1) * self.dilation[d] + 1;
             (i.saturating_sub(k)) / self.stride[d].max(1) + 1
         })
@@ -1170,14 +1186,8 @@ impl ConvOp {
 /// A pooling's sizes at one batch size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PoolSpec {
-    /// Batch.
-    pub batch: usize,
-    /// Channels.
-    pub c: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
+    /// The input.
+    pub x: Nchw,
     /// Max (else average).
     pub max: bool,
     /// Average: padded positions count in the divisor.
@@ -1194,7 +1204,7 @@ impl PoolSpec {
     /// Output `[oh, ow]` (floor mode).
     pub fn out(&self) -> [usize; 2] {
         [0, 1].map(|d| {
-            let i = [self.h, self.w][d] + self.pads[d] + self.pads[d + 2];
+            let i = [self.x.h, self.x.w][d] + self.pads[d] + self.pads[d + 2];
             i.saturating_sub(self.kernel[d]) / self.stride[d].max(1) + 1
         })
     }
@@ -1211,14 +1221,8 @@ pub struct PoolOp {
 /// An LRN's sizes at one batch size.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LrnSpec {
-    /// Batch.
-    pub batch: usize,
-    /// Channels.
-    pub c: usize,
-    /// Height.
-    pub h: usize,
-    /// Width.
-    pub w: usize,
+    /// The input (and output).
+    pub x: Nchw,
     /// Channels in the window.
     pub size: usize,
     /// Scale.
