@@ -138,7 +138,10 @@ pub struct Daemon {
     /// Per deployed IF (until it is unregistered).
     telemetry_of: BTreeMap<u16, IfTelemetry>,
     cores: Vec<usize>,
+    /// An NVIDIA GPU is present.
     gpu: bool,
+    /// The MPS control daemon, as found when the first GPU IF started.
+    mps: Option<crate::gpu::MpsState>,
     allocator: ShareAllocator,
     tuning: TuningConfig,
     lcores: LcoreIds,
@@ -199,7 +202,9 @@ impl Daemon {
         let topology_summary = topology.summary(&nic);
         let gpu = crate::gpu::gpu_present();
         if gpu {
-            tracing::info!("orchestrator: {}", crate::gpu::ensure_mps().describe());
+            tracing::info!(
+                "orchestrator: a GPU is present: IFs of GPU engines (engine = \"cudnn\") get CUDA MPS percentages (the MPS control daemon is started with the first), the others cores {cores:?}"
+            );
         } else {
             tracing::info!(
                 "orchestrator: no GPU here: a share is a set of the cores {cores:?} and as many engine threads"
@@ -244,6 +249,7 @@ impl Daemon {
             telemetry_of: BTreeMap::new(),
             cores,
             gpu,
+            mps: None,
             allocator: ShareAllocator::new(AllocConfig::default())?,
             tuning,
             lcores: LcoreIds::default(),
@@ -708,7 +714,15 @@ impl Daemon {
             .args(["--file-prefix", &self.cfg.if_manager.file_prefix])
             .args(["--lcores", &format!("{lcore}@({cpu_list})")])
             .args(["--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"]);
-        if self.gpu {
+        // A GPU IF's share is its MPS percentage, set before its first CUDA
+        // call (the process's start). Without a GPU the IF itself refuses to
+        // start and says what is missing.
+        if self.gpu && self.on_gpu(&spec.model) {
+            if self.mps.is_none() {
+                let mps = crate::gpu::ensure_mps();
+                tracing::info!("orchestrator: {}", mps.describe());
+                self.mps = Some(mps);
+            }
             cmd.env(
                 crate::gpu::MPS_PERCENTAGE_VAR,
                 crate::gpu::mps_percentage(spec.share_pct),
@@ -869,7 +883,7 @@ impl Daemon {
             // On a CPU host a share is its cores: a new percentage that maps
             // to the same cores changes nothing a new process would run with.
             let current = self.lifecycle.active_spec(d.if_id);
-            if !self.gpu && current.is_some_and(|a| a.cores == spec.cores) {
+            if !self.on_gpu(&spec.model) && current.is_some_and(|a| a.cores == spec.cores) {
                 self.lifecycle.set_active_share(d.if_id, spec.share_pct);
                 continue;
             }
@@ -891,6 +905,7 @@ impl Daemon {
             "platform_restarts": self.lifecycle.platform_restarts(),
             "telemetry_rejected": self.telemetry_rejected,
             "device": if self.gpu { "gpu" } else { "cpu" },
+            "mps": self.mps.as_ref().map(crate::gpu::MpsState::describe),
             "cores": self.cores,
             "tuning": self.cfg.platform.tuning,
             "topology": self.topology,
@@ -910,6 +925,28 @@ impl Daemon {
             overlay(row, &life, pid, metrics);
         }
         report
+    }
+
+    /// Whether the model's IF runs on the GPU (its engine is a GPU one).
+    fn on_gpu(&self, model: &str) -> bool {
+        self.models.get(model).is_some_and(|e| e.engine.on_gpu())
+    }
+
+    /// How the IF's share is enforced: `cpu_cores` (its cores and as many
+    /// engine threads), `mps` (a GPU IF while the MPS control daemon runs)
+    /// or `none` (a GPU IF without MPS: the percentage is set but ignored).
+    fn enforcement(&self, model: &str) -> &'static str {
+        if !self.on_gpu(model) {
+            "cpu_cores"
+        } else if self
+            .mps
+            .as_ref()
+            .is_some_and(crate::gpu::MpsState::enforces_shares)
+        {
+            "mps"
+        } else {
+            "none"
+        }
     }
 
     fn metrics_lock(&self) -> std::sync::MutexGuard<'_, PlatformMetrics> {
@@ -933,6 +970,7 @@ impl Daemon {
                         .and_then(|v| v.as_str().map(str::to_owned))
                         .unwrap_or_default(),
                     share_pct: d.share_pct,
+                    enforcement: self.enforcement(&d.model),
                     pinned: d.pinned,
                     cores: self
                         .lifecycle

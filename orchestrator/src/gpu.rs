@@ -4,9 +4,13 @@
 //! GSLICE gives each IF a percentage of the GPU's streaming multiprocessors
 //! through MPS: a client started with `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=P`
 //! gets at most P% of the SMs. That is only enforced when the MPS control
-//! daemon runs; without it the variable is ignored. [`ensure_mps`] starts it
-//! when it is installed and not running, and says what it found — the
-//! orchestrator reports it at start and in `orchestrator --probe`.
+//! daemon runs; without it the variable is ignored. Only IFs whose engine
+//! runs on the GPU (`engine = "cudnn"`) get a percentage; the others get
+//! cores even on a GPU host. The orchestrator calls [`ensure_mps`] when it
+//! starts its first GPU IF (it starts the daemon when it is installed and
+//! not running) and reports per IF whether its share is enforced (`mps`,
+//! `none`, `cpu_cores`); `orchestrator --probe` only looks
+//! ([`probe_mps`]).
 //!
 //! Measured on an H100 (docs/PERFORMANCE.md): with the daemon running, a
 //! bf16 GEMM ran at 790, 275 and 89 TFLOP/s at 100, 30 and 10%.
@@ -49,6 +53,8 @@ pub enum MpsState {
     Running,
     /// This call started it.
     Started,
+    /// Installed, not running (what [`probe_mps`] says before any GPU IF).
+    Stopped,
     /// `nvidia-cuda-mps-control` is not installed: shares are not enforced.
     NotInstalled,
     /// Starting it failed (why): shares are not enforced.
@@ -64,8 +70,9 @@ impl MpsState {
     /// One line for the log.
     pub fn describe(&self) -> String {
         match self {
-            MpsState::Running => "the CUDA MPS control daemon is running: GPU shares are enforced".into(),
-            MpsState::Started => "started the CUDA MPS control daemon: GPU shares are enforced".into(),
+            MpsState::Running => "the CUDA MPS control daemon is running: the shares of GPU IFs are enforced".into(),
+            MpsState::Started => "started the CUDA MPS control daemon: the shares of GPU IFs are enforced".into(),
+            MpsState::Stopped => "the CUDA MPS control daemon is installed, not running: the orchestrator starts it with the first GPU IF".into(),
             MpsState::NotInstalled => format!(
                 "a GPU is present but CUDA MPS is not installed: {MPS_PERCENTAGE_VAR} is set but not enforced"
             ),
@@ -73,6 +80,21 @@ impl MpsState {
                 format!("nvidia-cuda-mps-control -d failed ({why}): GPU shares are not enforced")
             }
         }
+    }
+}
+
+/// What MPS is here, changing nothing: running, installed, or absent.
+pub fn probe_mps() -> MpsState {
+    if mps_control_running() {
+        return MpsState::Running;
+    }
+    let on_path = std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| d.join("nvidia-cuda-mps-control").is_file())
+    });
+    if on_path {
+        MpsState::Stopped
+    } else {
+        MpsState::NotInstalled
     }
 }
 

@@ -65,6 +65,7 @@ fn catalog() -> ModelCatalog {
         if_id,
         slo_ms,
         knee_share_pct: None,
+        engine: kp_schema::model::EngineKind::OnnxRuntime,
     })
     .collect()
 }

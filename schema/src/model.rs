@@ -50,6 +50,12 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
+    /// Whether the engine runs on a GPU (its share is a CUDA MPS percentage,
+    /// not a set of cores).
+    pub fn on_gpu(self) -> bool {
+        matches!(self, EngineKind::Cudnn)
+    }
+
     /// The name used in `config.toml` and in logs.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -573,6 +579,8 @@ mod tests {
         ] {
             assert_eq!(k.as_str().parse::<EngineKind>(), Ok(k));
         }
+        assert!(EngineKind::Cudnn.on_gpu());
+        assert!(!EngineKind::OnnxRuntime.on_gpu() && !EngineKind::Tract.on_gpu());
         let e = "onnx".parse::<EngineKind>().unwrap_err();
         assert!(e.contains("onnxruntime, tract, cudnn"), "{e}");
     }

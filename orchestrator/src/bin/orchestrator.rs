@@ -121,13 +121,18 @@ fn probe(nic: Option<&str>) -> Result<()> {
         Err(e) => (Topology::fallback(), Some(e.to_string())),
     };
     let gpu_json = if gpu::gpu_present() {
-        let mps = gpu::ensure_mps();
+        // Changes nothing: the daemon is started by a running orchestrator
+        // with its first GPU IF, not by a probe.
+        let mps = gpu::probe_mps();
         serde_json::json!({
             "present": true,
             "names": gpu::gpu_names(),
             "mps": mps,
-            "shares_enforced": mps.enforces_shares(),
-            "note": mps.describe(),
+            "gpu_if_shares_enforceable": !matches!(mps, gpu::MpsState::NotInstalled | gpu::MpsState::Failed(_)),
+            "note": format!(
+                "{}; IFs of GPU engines (engine = \"cudnn\") get CUDA MPS percentages, enforced only while the daemon runs; other IFs get cores",
+                mps.describe()
+            ),
         })
     } else {
         serde_json::json!({

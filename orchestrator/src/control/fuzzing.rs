@@ -38,6 +38,7 @@ fn catalog() -> ModelCatalog {
         if_id,
         slo_ms,
         knee_share_pct,
+        engine: kp_schema::model::EngineKind::OnnxRuntime,
     })
     .collect()
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use kp_schema::model::{ConfigError, ModelConfig};
+use kp_schema::model::{ConfigError, EngineKind, ModelConfig};
 use kp_wire::IfId;
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +38,9 @@ pub struct CatalogEntry {
     pub slo_ms: f64,
     /// The share at its knee, percent, if its profile says so.
     pub knee_share_pct: Option<f64>,
+    /// The engine its config names (a GPU engine's share is an MPS
+    /// percentage; any other's, cores).
+    pub engine: EngineKind,
 }
 
 impl CatalogEntry {
@@ -56,6 +59,7 @@ impl CatalogEntry {
             if_id: config.if_id.0,
             slo_ms: config.slo.as_secs_f64() * 1e3,
             knee_share_pct,
+            engine: config.engine,
         }
     }
 }
@@ -545,18 +549,21 @@ mod tests {
                 if_id: 1,
                 slo_ms: 20.0,
                 knee_share_pct: None,
+                engine: EngineKind::OnnxRuntime,
             },
             CatalogEntry {
                 name: "resnet50".into(),
                 if_id: 2,
                 slo_ms: 200.0,
                 knee_share_pct: Some(45.0),
+                engine: EngineKind::OnnxRuntime,
             },
             CatalogEntry {
                 name: "alexnet".into(),
                 if_id: 3,
                 slo_ms: 100.0,
                 knee_share_pct: None,
+                engine: EngineKind::OnnxRuntime,
             },
         ]
         .into_iter()

@@ -223,17 +223,12 @@ impl Snapshot {
                 .iter()
                 .filter_map(|(id, s)| Some((if_labels(*id, s), s.view.as_ref()?)))
         };
-        let enforcement = if self.0.platform.device == "gpu" {
-            "mps"
-        } else {
-            "cpu_cores"
-        };
         f.gauges(
             "kneepoint_if_share_ratio",
-            "The IF's share of the device (0 to 1); enforcement says how: cpu_cores (a set of cores and as many engine threads) or mps (CUDA MPS active-thread percentage).",
+            "The IF's share of the device (0 to 1); enforcement says how: cpu_cores (a set of cores and as many engine threads), mps (CUDA MPS active-thread percentage of a GPU IF) or none (a GPU IF without the MPS daemon: the percentage is not enforced).",
             views().map(|(l, v)| {
                 (
-                    with(l, &[("enforcement", enforcement)]),
+                    with(l, &[("enforcement", v.enforcement)]),
                     v.share_pct / 100.0,
                 )
             }),
@@ -442,6 +437,7 @@ mod tests {
                 model: "squeezenet".into(),
                 state: "active".into(),
                 share_pct: 50.0,
+                enforcement: "cpu_cores",
                 pinned: false,
                 cores: 1,
                 slo_ms: 20.0,

@@ -235,6 +235,8 @@ pub struct IfView {
     pub state: String,
     /// Its share of the device, percent.
     pub share_pct: f64,
+    /// How the share is enforced: `cpu_cores`, `mps` or `none`.
+    pub enforcement: &'static str,
     /// Whether the share is pinned by hand.
     pub pinned: bool,
     /// The cores its active runs on (its share, enforced, on a CPU host).
