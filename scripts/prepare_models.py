@@ -109,7 +109,7 @@ REL_TOL = 1e-4
 MIN_DISTINCT_TOP5 = 6  # of 8 samples: distinct ordered top-5 lists
 
 INPUT_FORMATS = ("rgb_u8_hwc", "f32_nchw")
-ENGINES = ("onnxruntime", "tract", "cudnn")
+ENGINES = ("onnxruntime", "tract", "cudnn", "onnxruntime-cuda")
 # Fields a models.toml entry may have. seed, source, input_shape, mean and std
 # change model.onnx or check/ (they are in the stamp); the others only
 # config.toml, which is rewritten without a rebuild when they change.

@@ -489,3 +489,22 @@ fn the_cudnn_engine_without_a_gpu_refuses_at_init_with_what_is_missing() {
     }
     e.deinit();
 }
+
+/// `engine = "onnxruntime-cuda"` with the CPU build of ONNX Runtime that
+/// `make setup` installs: `init` refuses and says why (no CUDA execution
+/// provider in that library) instead of running on the CPU.
+#[test]
+fn onnxruntime_cuda_on_a_cpu_build_is_refused_at_init() {
+    let mut e = engine_for(EngineKind::OnnxRuntimeCuda).unwrap();
+    assert_eq!(e.name(), "onnxruntime-cuda");
+    match e.init(&EngineConfig {
+        intra_op_threads: 1,
+    }) {
+        Err(libml::engine::EngineError::Library(msg)) => {
+            assert!(msg.contains("no CUDA execution provider"), "{msg}");
+            assert!(msg.contains("ORT_DYLIB_PATH"), "{msg}");
+        }
+        other => panic!("expected the CPU build to be refused, got {other:?}"),
+    }
+    e.deinit();
+}

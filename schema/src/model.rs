@@ -47,13 +47,27 @@ pub enum EngineKind {
     /// fails at start with what is missing otherwise (no CPU fallback).
     #[serde(rename = "cudnn")]
     Cudnn,
+    /// ONNX Runtime with its CUDA execution provider (`engine =
+    /// "onnxruntime-cuda"`): needs onnxruntime-gpu's library (named by
+    /// `ORT_DYLIB_PATH`) and an NVIDIA GPU; a CPU build of ONNX Runtime is
+    /// refused at start.
+    #[serde(rename = "onnxruntime-cuda")]
+    OnnxRuntimeCuda,
 }
 
 impl EngineKind {
+    /// Every engine.
+    pub const ALL: [EngineKind; 4] = [
+        EngineKind::OnnxRuntime,
+        EngineKind::Tract,
+        EngineKind::Cudnn,
+        EngineKind::OnnxRuntimeCuda,
+    ];
+
     /// Whether the engine runs on a GPU (its share is a CUDA MPS percentage,
     /// not a set of cores).
     pub fn on_gpu(self) -> bool {
-        matches!(self, EngineKind::Cudnn)
+        matches!(self, EngineKind::Cudnn | EngineKind::OnnxRuntimeCuda)
     }
 
     /// The name used in `config.toml` and in logs.
@@ -62,6 +76,7 @@ impl EngineKind {
             EngineKind::OnnxRuntime => "onnxruntime",
             EngineKind::Tract => "tract",
             EngineKind::Cudnn => "cudnn",
+            EngineKind::OnnxRuntimeCuda => "onnxruntime-cuda",
         }
     }
 }
@@ -75,16 +90,15 @@ impl std::fmt::Display for EngineKind {
 impl std::str::FromStr for EngineKind {
     type Err = String;
 
-    /// The names `config.toml` uses: `onnxruntime`, `tract`, `cudnn`.
+    /// The names `config.toml` uses: `onnxruntime`, `tract`, `cudnn`,
+    /// `onnxruntime-cuda`.
     fn from_str(s: &str) -> Result<EngineKind, String> {
-        [
-            EngineKind::OnnxRuntime,
-            EngineKind::Tract,
-            EngineKind::Cudnn,
-        ]
-        .into_iter()
-        .find(|k| k.as_str() == s)
-        .ok_or_else(|| format!("unknown engine '{s}' (onnxruntime, tract, cudnn)"))
+        EngineKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown engine '{s}' (onnxruntime, tract, cudnn, onnxruntime-cuda)")
+            })
     }
 }
 
@@ -572,17 +586,16 @@ mod tests {
 
     #[test]
     fn engine_names_parse_as_in_config_toml_and_nothing_else_does() {
-        for k in [
-            EngineKind::OnnxRuntime,
-            EngineKind::Tract,
-            EngineKind::Cudnn,
-        ] {
+        for k in EngineKind::ALL {
             assert_eq!(k.as_str().parse::<EngineKind>(), Ok(k));
         }
-        assert!(EngineKind::Cudnn.on_gpu());
+        assert!(EngineKind::Cudnn.on_gpu() && EngineKind::OnnxRuntimeCuda.on_gpu());
         assert!(!EngineKind::OnnxRuntime.on_gpu() && !EngineKind::Tract.on_gpu());
         let e = "onnx".parse::<EngineKind>().unwrap_err();
-        assert!(e.contains("onnxruntime, tract, cudnn"), "{e}");
+        assert!(
+            e.contains("onnxruntime, tract, cudnn, onnxruntime-cuda"),
+            "{e}"
+        );
     }
 
     const RESNET: &str = r#"

@@ -44,11 +44,18 @@
 //!
 //! # Devices
 //!
-//! Only the CPU execution provider is compiled in ([`Device::Cpu`]). A GPU
-//! host adds a `Device::Cuda` that registers ort's CUDA execution provider
-//! where the session options are made (`OnnxRuntime::session_builder`, see
-//! the comment there), with `ORT_DYLIB_PATH` naming the onnxruntime-gpu
-//! wheel's library.
+//! [`Device::Cpu`] (the default) uses ONNX Runtime's CPU execution
+//! provider. [`Device::Cuda`] (engine `onnxruntime-cuda`) registers its
+//! CUDA execution provider (strict fp32: TF32 off), which only the
+//! onnxruntime-gpu build has: with `ORT_DYLIB_PATH` naming that wheel's
+//! library it runs on the GPU; with a CPU build (the one `make setup`
+//! installs, and the only one on the GPU machine we test on) loading a model
+//! fails with an [`EngineError::Library`] that says so, and never falls
+//! back to the CPU. The batch still goes through host memory here (ORT
+//! copies it to the device); binding the gather kernel's device buffer by
+//! I/O binding is part of the GPU IF still to come (issue 11).
+//! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` must be set before `init` (the
+//! orchestrator sets it at the process's start).
 
 use std::ffi::OsString;
 use std::fmt;
@@ -272,6 +279,11 @@ pub enum Device {
     /// ONNX Runtime's CPU execution provider.
     #[default]
     Cpu,
+    /// ONNX Runtime's CUDA execution provider on GPU `device_id`.
+    Cuda {
+        /// The GPU ordinal.
+        device_id: i32,
+    },
 }
 
 /// ONNX Runtime behind the [`Framework`] callbacks.
@@ -376,13 +388,40 @@ impl OnnxRuntime {
         match self.device {
             // The CPU execution provider is always there, registered last.
             Device::Cpu => Ok(builder),
-            // A GPU host adds `Device::Cuda { device_id }` here:
-            //   builder.with_execution_providers([ort::ep::CUDA::default()
-            //       .with_device_id(device_id).build().error_on_failure()])
-            // with ORT_DYLIB_PATH naming the onnxruntime-gpu wheel's library
-            // (under `load-dynamic`, ort needs no `cuda` feature for that);
-            // CUDA_MPS_ACTIVE_THREAD_PERCENTAGE must be set before `init`.
+            Device::Cuda { device_id } => {
+                self.check_device()?;
+                let cuda = ort::ep::CUDA::default()
+                    .with_device_id(device_id)
+                    .with_tf32(false)
+                    .build()
+                    .error_on_failure();
+                builder.with_execution_providers([cuda]).map_err(option)
+            }
         }
+    }
+
+    /// For [`Device::Cuda`]: that the loaded library has the CUDA execution
+    /// provider (a CPU build has not), else what to do about it.
+    fn check_device(&self) -> Result<(), EngineError> {
+        use ort::ep::ExecutionProvider as _;
+        if self.device == Device::Cpu {
+            return Ok(());
+        }
+        let available = ort::ep::CUDA::is_available().map_err(|e| {
+            EngineError::Library(format!(
+                "cannot list ONNX Runtime's execution providers: {e}"
+            ))
+        })?;
+        if available {
+            return Ok(());
+        }
+        Err(EngineError::Library(format!(
+            "the ONNX Runtime library {} has no CUDA execution provider (a CPU build): \
+             the onnxruntime-cuda engine needs onnxruntime-gpu's library, named by {LIBRARY_ENV}",
+            self.library
+                .as_deref()
+                .map_or_else(|| "found".to_string(), |p| p.display().to_string())
+        )))
     }
 
     /// Takes `session` as this engine's model.
@@ -455,7 +494,10 @@ fn f32_dims(dtype: &ValueType) -> Result<Vec<i64>, String> {
 
 impl Framework for OnnxRuntime {
     fn name(&self) -> &str {
-        "onnxruntime"
+        match self.device {
+            Device::Cpu => "onnxruntime",
+            Device::Cuda { .. } => "onnxruntime-cuda",
+        }
     }
 
     fn init(&mut self, config: &EngineConfig) -> Result<(), EngineError> {
@@ -475,6 +517,11 @@ impl Framework for OnnxRuntime {
         self.env = Some(runtime(&library)?);
         self.library = Some(library);
         self.intra_op_threads = config.intra_op_threads;
+        // A GPU engine on a library without the GPU fails here, at start.
+        if let Err(e) = self.check_device() {
+            self.env = None;
+            return Err(e);
+        }
         Ok(())
     }
 
