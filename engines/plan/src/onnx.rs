@@ -285,7 +285,12 @@ pub fn tensor(t: &pb::TensorProto) -> Result<Const, PlanError> {
             t.name
         )));
     }
-    let count: usize = shape.iter().product();
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| {
+            PlanError::Graph(format!("tensor {} of shape {shape:?} is too large", t.name))
+        })?;
     let data = match t.data_type {
         FLOAT => ConstData::F32(if t.raw_data.is_empty() {
             t.float_data.clone()

@@ -17,6 +17,18 @@ use crate::memory;
 use crate::onnx::{self, Const, ConstData, Graph, Node};
 use crate::PlanError;
 
+/// The most values one tensor may have per sample (2^31: 8 GiB of f32);
+/// a graph beyond it is refused rather than overflowing sizes.
+pub const MAX_ELEMS: usize = 1 << 31;
+
+/// The product of `shape`, if it stays within [`MAX_ELEMS`].
+fn checked_elems(shape: &[usize]) -> Option<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .filter(|&e| e <= MAX_ELEMS)
+}
+
 /// The largest per-sample rank a [`Op::Transpose`] may have.
 pub const MAX_RANK: usize = 8;
 
@@ -480,7 +492,7 @@ fn per_sample_input(g: &Graph) -> Result<Vec<usize>, PlanError> {
             g.input, g.input_shape
         )));
     }
-    g.input_shape[1..]
+    let shape = g.input_shape[1..]
         .iter()
         .map(|d| {
             d.ok_or_else(|| {
@@ -490,17 +502,36 @@ fn per_sample_input(g: &Graph) -> Result<Vec<usize>, PlanError> {
                 ))
             })
         })
-        .collect()
+        .collect::<Result<Vec<usize>, _>>()?;
+    if checked_elems(&shape).is_none() {
+        return Err(PlanError::Graph(format!(
+            "input {} of {shape:?} per sample is beyond {MAX_ELEMS} values",
+            g.input
+        )));
+    }
+    Ok(shape)
 }
 
 fn usize_of(v: i64, what: &str) -> Result<usize, PlanError> {
     usize::try_from(v).map_err(|_| PlanError::Graph(format!("{what} is negative: {v}")))
 }
 
+/// The largest kernel, stride, dilation or padding accepted (and image side).
+const MAX_DIM: usize = 1 << 20;
+
 fn pair(n: &Node, name: &str, default: usize) -> Result<[usize; 2], PlanError> {
     match n.ints(name)? {
         None => Ok([default, default]),
-        Some(&[a, b]) => Ok([usize_of(a, name)?, usize_of(b, name)?]),
+        Some(&[a, b]) => {
+            let v = [usize_of(a, name)?, usize_of(b, name)?];
+            if v.iter().any(|&x| x > MAX_DIM) {
+                return Err(PlanError::Graph(format!(
+                    "node {} ({}): {name} {v:?} beyond {MAX_DIM}",
+                    n.name, n.op
+                )));
+            }
+            Ok(v)
+        }
         Some(other) => Err(PlanError::Graph(format!(
             "node {} ({}): {name} {other:?} is not 2-D; only 2-D images are supported",
             n.name, n.op
@@ -558,6 +589,12 @@ fn window(
             )))
         }
     };
+    if pads.iter().any(|&p| p > MAX_DIM) || hw.iter().any(|&x| x > MAX_DIM) {
+        return Err(PlanError::Graph(format!(
+            "node {}: padding {pads:?} or image {hw:?} beyond {MAX_DIM}",
+            n.name
+        )));
+    }
     let mut out = [0; 2];
     for d in 0..2 {
         let span = hw[d] + pads[d] + pads[d + 2];
@@ -669,7 +706,19 @@ impl Builder<'_> {
     }
 
     /// Adds a step writing a fresh buffer; returns the output value.
-    fn emit(&mut self, n: &Node, op: Op, inputs: &[usize], shape: Vec<usize>) -> usize {
+    fn emit(
+        &mut self,
+        n: &Node,
+        op: Op,
+        inputs: &[usize],
+        shape: Vec<usize>,
+    ) -> Result<usize, PlanError> {
+        checked_elems(&shape).ok_or_else(|| {
+            PlanError::Graph(format!(
+                "node {} ({}): an output of {shape:?} per sample is beyond {MAX_ELEMS} values",
+                n.name, n.op
+            ))
+        })?;
         let root = self.roots;
         self.roots += 1;
         self.writer.push(Some(self.steps.len()));
@@ -681,13 +730,12 @@ impl Builder<'_> {
             output: self.tensor(out),
             nodes: vec![n.name.clone()],
         });
-        out
+        Ok(out)
     }
 
     fn view(&mut self, n: &Node, of: usize, shape: Vec<usize>) -> Result<(), PlanError> {
         let have: usize = self.values[of].shape.iter().product();
-        let want: usize = shape.iter().product();
-        if have != want {
+        if checked_elems(&shape) != Some(have) {
             return Err(PlanError::Graph(format!(
                 "node {} ({}): cannot view {:?} as {shape:?}",
                 n.name, n.op, self.values[of].shape
@@ -721,6 +769,12 @@ impl Builder<'_> {
     }
 
     fn node(&mut self, n: &Node) -> Result<(), PlanError> {
+        if n.outputs.first().is_none_or(|o| o.is_empty()) {
+            return Err(PlanError::Graph(format!(
+                "node {} ({}) has no output",
+                n.name, n.op
+            )));
+        }
         // Nodes whose inputs are all constants fold at plan time.
         let data_inputs: Vec<&String> = n.inputs.iter().filter(|i| !i.is_empty()).collect();
         if n.op == "Constant" {
@@ -967,6 +1021,12 @@ impl Builder<'_> {
         }
         let stride = pair(n, "strides", 1)?;
         let dilation = pair(n, "dilations", 1)?;
+        if kh == 0 || kw == 0 || kh > MAX_DIM || kw > MAX_DIM || dilation.contains(&0) {
+            return Err(PlanError::Graph(format!(
+                "node {}: kernel [{kh}, {kw}] with dilations {dilation:?}",
+                n.name
+            )));
+        }
         let k_eff = [(kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1];
         let (pads, out) = window(n, [h, w], k_eff, stride, false)?;
         let weight = self.param(wt.f32s("Conv weights")?);
@@ -995,7 +1055,7 @@ impl Builder<'_> {
             bias,
             act: Activation::Identity,
         });
-        let y = self.emit(n, op, &[src], vec![c_out, out[0], out[1]]);
+        let y = self.emit(n, op, &[src], vec![c_out, out[0], out[1]])?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1018,7 +1078,7 @@ impl Builder<'_> {
             Op::Pad { pads, value: fill },
             &[x],
             vec![c, h + pads[0] + pads[2], w + pads[1] + pads[3]],
-        );
+        )?;
         Ok((padded, [0, 0]))
     }
 
@@ -1091,7 +1151,7 @@ impl Builder<'_> {
             },
             &[x],
             shape,
-        );
+        )?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1129,6 +1189,14 @@ impl Builder<'_> {
     }
 
     fn binary(&mut self, n: &Node) -> Result<(), PlanError> {
+        if n.inputs.len() != 2 {
+            return Err(PlanError::Graph(format!(
+                "node {} ({}) has {} inputs, not 2",
+                n.name,
+                n.op,
+                n.inputs.len()
+            )));
+        }
         let (a_const, b_const) = (self.is_const(&n.inputs[0]), self.is_const(&n.inputs[1]));
         if !a_const && !b_const {
             if n.op == "Add" {
@@ -1177,7 +1245,13 @@ impl Builder<'_> {
         let xs: Vec<usize> = (0..n.inputs.len())
             .map(|i| self.value_of(n, i))
             .collect::<Result<_, _>>()?;
-        let shape = self.values[xs[0]].shape.clone();
+        let Some(&x0) = xs.first() else {
+            return Err(PlanError::Graph(format!(
+                "node {} ({}) has no inputs",
+                n.name, n.op
+            )));
+        };
+        let shape = self.values[x0].shape.clone();
         if xs.iter().any(|&x| self.values[x].shape != shape) {
             *self
                 .unsupported
@@ -1196,7 +1270,7 @@ impl Builder<'_> {
             },
             &xs,
             shape,
-        );
+        )?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1227,7 +1301,7 @@ impl Builder<'_> {
             }
         }
         let shape = self.values[x].shape.clone();
-        let y = self.emit(n, Op::Activation(act), &[x], shape);
+        let y = self.emit(n, Op::Activation(act), &[x], shape)?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1294,7 +1368,7 @@ impl Builder<'_> {
             stride,
             pads,
         });
-        let y = self.emit(n, op, &[src], vec![c, out[0], out[1]]);
+        let y = self.emit(n, op, &[src], vec![c, out[0], out[1]])?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1315,7 +1389,7 @@ impl Builder<'_> {
             stride: [1, 1],
             pads: [0; 4],
         });
-        let y = self.emit(n, op, &[x], vec![c, 1, 1]);
+        let y = self.emit(n, op, &[x], vec![c, 1, 1])?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1336,7 +1410,7 @@ impl Builder<'_> {
             beta: n.float("beta", 0.75)?,
             bias: n.float("bias", 1.0)?,
         };
-        let y = self.emit(n, op, &[x], shape);
+        let y = self.emit(n, op, &[x], shape)?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1425,7 +1499,7 @@ impl Builder<'_> {
             bias,
             act: Activation::Identity,
         };
-        let y = self.emit(n, op, &[x], vec![m]);
+        let y = self.emit(n, op, &[x], vec![m])?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1457,7 +1531,7 @@ impl Builder<'_> {
             // Before opset 13 the input is coerced to 2-D at the axis.
             (shape[..a].iter().product(), shape[a..].iter().product())
         };
-        let y = self.emit(n, Op::Softmax { rows, len }, &[x], shape);
+        let y = self.emit(n, Op::Softmax { rows, len }, &[x], shape)?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1466,7 +1540,19 @@ impl Builder<'_> {
         let xs: Vec<usize> = (0..n.inputs.len())
             .map(|i| self.value_of(n, i))
             .collect::<Result<_, _>>()?;
-        let first = self.values[xs[0]].shape.clone();
+        let Some(&x0) = xs.first() else {
+            return Err(PlanError::Graph(format!(
+                "node {} (Concat) has no inputs",
+                n.name
+            )));
+        };
+        let first = self.values[x0].shape.clone();
+        if first.is_empty() {
+            return Err(PlanError::Graph(format!(
+                "node {}: Concat of per-sample scalars",
+                n.name
+            )));
+        }
         let rank = first.len() as i64 + 1;
         let axis = n.int("axis", 1)?;
         if (if axis < 0 { axis + rank } else { axis }) != 1 {
@@ -1488,7 +1574,7 @@ impl Builder<'_> {
             }
             shape[0] += s[0];
         }
-        let y = self.emit(n, Op::Concat, &xs, shape);
+        let y = self.emit(n, Op::Concat, &xs, shape)?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1521,7 +1607,7 @@ impl Builder<'_> {
         }
         let perm: Vec<usize> = perm[1..].iter().map(|p| p - 1).collect();
         let out_shape = perm.iter().map(|&p| shape[p]).collect();
-        let y = self.emit(n, Op::Transpose { perm }, &[x], out_shape);
+        let y = self.emit(n, Op::Transpose { perm }, &[x], out_shape)?;
         self.name_output(n, y);
         Ok(())
     }
@@ -1529,7 +1615,7 @@ impl Builder<'_> {
 
 /// ONNX Reshape's target with 0 (copy) and -1 (infer) resolved.
 fn reshape_target(from: &[usize], target: &[i64]) -> Option<Vec<usize>> {
-    let total: usize = from.iter().product();
+    let total = checked_elems(from)?;
     let mut out = Vec::with_capacity(target.len());
     let mut infer = None;
     for (i, &t) in target.iter().enumerate() {
@@ -1543,14 +1629,14 @@ fn reshape_target(from: &[usize], target: &[i64]) -> Option<Vec<usize>> {
             _ => return None,
         }
     }
-    let known: usize = out.iter().product();
+    let known = checked_elems(&out)?;
     if let Some(i) = infer {
         if known == 0 || !total.is_multiple_of(known) {
             return None;
         }
         out[i] = total / known;
     }
-    (out.iter().product::<usize>() == total).then_some(out)
+    (checked_elems(&out)? == total).then_some(out)
 }
 
 #[cfg(test)]
