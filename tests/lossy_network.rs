@@ -433,6 +433,25 @@ fn lossy_bridge_and_generator_faults_every_request_answered_exactly_once() -> Re
             check[theirs]
         );
     }
+    //     And reason by reason: each malformed counter of the if-manager
+    //     is the checker's count of that reason (the same names), and its
+    //     not-for-us reasons are the checker's.
+    let reasons = &check["input_reasons"];
+    let reason = |name: &str| reasons[name].as_u64().unwrap_or(0);
+    for (name, n) in ifm_report["malformed"].as_object().context("malformed")? {
+        ensure!(
+            n.as_u64() == Some(reason(name)),
+            "if-manager malformed.{name} {n}, checker {}",
+            reason(name)
+        );
+    }
+    let nfu = &ifm_report["not_for_us"];
+    ensure!(
+        num(nfu, &["not_ipv4_udp"])? == reason("not_ipv4_udp")
+            && num(nfu, &["wrong_port"])? + num(nfu, &["wrong_address"])?
+                == reason("wrong_address_or_port"),
+        "if-manager not_for_us {nfu}, checker {reasons}"
+    );
     ensure!(
         datagrams_received(&ifm_report)?
             == num(&check, &["well_formed"])? + num(&check, &["malformed"])?,
