@@ -53,6 +53,8 @@
 //!   bridge's nft counters, both captures, the if-manager's counters and
 //!   the IF's telemetry (the equations are stated where they are checked).
 
+use std::ops::Range;
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -101,36 +103,90 @@ fn num(v: &Value, path: &[&str]) -> Result<u64> {
         .with_context(|| format!("no number at {path:?} in {v}"))
 }
 
-/// Frames in a classic pcap whose source MAC is (or is not) `mac`: a
-/// count only; the checker does the parsing that matters.
-fn count_frames_from(pcap: &std::path::Path, mac: &str) -> Result<(u64, u64)> {
-    let bytes = std::fs::read(pcap).with_context(|| format!("reading {}", pcap.display()))?;
-    let mac: Vec<u8> = mac
-        .split(':')
-        .map(|h| u8::from_str_radix(h, 16))
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("bad MAC {mac}"))?;
+/// The byte ranges of the records (16-byte record header and frame) of a
+/// classic little-endian pcap, as tcpdump writes it here.
+fn pcap_records(bytes: &[u8]) -> Result<Vec<Range<usize>>> {
     ensure!(
         bytes.len() >= 24 && bytes[..4] == [0xd4, 0xc3, 0xb2, 0xa1],
-        "{}: not a little-endian classic pcap",
-        pcap.display()
+        "not a little-endian classic pcap"
     );
-    let (mut from, mut other) = (0, 0);
+    let mut records = Vec::new();
     let mut at = 24;
-    while at + 16 <= bytes.len() {
-        let incl = u32::from_le_bytes(bytes[at + 8..at + 12].try_into()?) as usize;
-        let frame = bytes
-            .get(at + 16..at + 16 + incl)
-            .context("truncated pcap record")?;
-        if frame.len() >= 12 && frame[6..12] == mac[..] {
-            from += 1;
-        } else {
-            other += 1;
-        }
+    while at < bytes.len() {
+        let header = bytes.get(at..at + 16).context("truncated pcap record")?;
+        let incl = u32::from_le_bytes(header[8..12].try_into()?) as usize;
+        ensure!(at + 16 + incl <= bytes.len(), "truncated pcap record");
+        records.push(at..at + 16 + incl);
         at += 16 + incl;
     }
-    ensure!(at == bytes.len(), "trailing bytes in {}", pcap.display());
-    Ok((from, other))
+    Ok(records)
+}
+
+/// Whether a pcap record's frame comes from MAC address `mac`.
+fn record_from(record: &[u8], mac: &[u8]) -> bool {
+    record.get(16 + 6..16 + 12) == Some(mac)
+}
+
+/// A MAC address's bytes.
+fn mac_bytes(mac: &str) -> Result<Vec<u8>> {
+    mac.split(':')
+        .map(|h| u8::from_str_radix(h, 16))
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("bad MAC {mac}"))
+}
+
+/// Frames in a pcap from MAC address `mac`, and the others: a count only;
+/// the checker does the parsing that matters.
+fn count_frames_from(pcap: &Path, mac: &str) -> Result<(u64, u64)> {
+    let bytes = std::fs::read(pcap).with_context(|| format!("reading {}", pcap.display()))?;
+    let mac = mac_bytes(mac)?;
+    let records = pcap_records(&bytes).with_context(|| pcap.display().to_string())?;
+    let from = records
+        .iter()
+        .filter(|r| record_from(&bytes[(*r).clone()], &mac))
+        .count() as u64;
+    Ok((from, records.len() as u64 - from))
+}
+
+/// Runs tests/exactly_once_check.py on the platform-side capture `pcap`
+/// of `net`; returns whether it passed and its report.
+fn exactly_once_check(pcap: &Path, net: &NetnsPair) -> Result<(bool, Value)> {
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/exactly_once_check.py"))
+        .arg("--capture")
+        .arg(pcap)
+        .args(["--platform-ip", net.get("PLATFORM_IP")])
+        .args(["--platform-mac", net.get("PLATFORM_MAC")])
+        .args(["--deployed", &format!("1:{INPUT_BYTES}")])
+        .args([
+            "--reassembly-timeout-ms",
+            &REASSEMBLY_TIMEOUT_MS.to_string(),
+        ])
+        // Shedding is a protocol-correct answer for a request the IF
+        // cannot serve in time, and a shared 2-core machine cannot promise
+        // that it never falls behind (another build beside this test made
+        // it shed a quarter of the requests). Every OVERLOADED answer must
+        // still be the only answer of a request that arrived, and the IF's
+        // own shedding counters must account for each (see the test).
+        .arg("--allow-overloaded")
+        .output()
+        .context("running python3 tests/exactly_once_check.py")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let report: Value =
+        serde_json::from_str(text.lines().last().unwrap_or("")).with_context(|| {
+            format!(
+                "the checker printed no report ({}): {text}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })?;
+    let passed = out.status.success() && report["violations"] == 0;
+    ensure!(
+        passed || out.status.code() == Some(1),
+        "the checker failed to run ({}): {report}",
+        out.status
+    );
+    Ok((passed, report))
 }
 
 #[test]
@@ -352,34 +408,7 @@ fn lossy_bridge_and_generator_faults_every_request_answered_exactly_once() -> Re
     );
 
     // The independent check of exactly-once, from the platform's capture.
-    let out = Command::new("python3")
-        .arg(repo_root().join("tests/exactly_once_check.py"))
-        .arg("--capture")
-        .arg(&platform_pcap)
-        .args(["--platform-ip", net.get("PLATFORM_IP")])
-        .args(["--platform-mac", net.get("PLATFORM_MAC")])
-        .args(["--deployed", &format!("1:{INPUT_BYTES}")])
-        .args([
-            "--reassembly-timeout-ms",
-            &REASSEMBLY_TIMEOUT_MS.to_string(),
-        ])
-        // Shedding is a protocol-correct answer for a request the IF
-        // cannot serve in time, and a shared 2-core machine cannot promise
-        // that it never falls behind (another build beside this test made
-        // it shed a quarter of the requests). Every OVERLOADED answer must
-        // still be the only answer of a request that arrived, and the IF's
-        // own shedding counters must account for each (below).
-        .arg("--allow-overloaded")
-        .output()
-        .context("running python3 tests/exactly_once_check.py")?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let check: Value =
-        serde_json::from_str(text.lines().last().unwrap_or("")).with_context(|| {
-            format!(
-                "the checker printed no report: {text}\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })?;
+    let (passed, check) = exactly_once_check(&platform_pcap, &net)?;
     eprintln!("manifest totals: packets {}, well-formed {} ({} duplicates, {} corrupted), malformed {}, not for us {}",
         t.packets, t.well_formed, t.duplicates, t.corrupted, t.malformed_total, t.not_for_us_total);
     eprintln!("bridge: to platform {to_platform:?}, to client {to_client:?}");
@@ -389,8 +418,43 @@ fn lossy_bridge_and_generator_faults_every_request_answered_exactly_once() -> Re
     eprintln!("kp-if reassembly: {}", if_report["reassembly"]);
     eprintln!("kp-if answers: {}", if_report["telemetry"]["answers"]);
     ensure!(
-        out.status.success() && check["violations"] == 0,
+        passed,
         "exactly-once violated (the checker's verdict): {check}"
+    );
+    // And the checker is not vacuous: the same capture with one answer
+    // sent a second time, or with one answer gone, fails it.
+    let bytes = std::fs::read(&platform_pcap)?;
+    let records = pcap_records(&bytes)?;
+    let platform_mac = mac_bytes(net.get("PLATFORM_MAC"))?;
+    let answer = records
+        .iter()
+        .find(|r| record_from(&bytes[(*r).clone()], &platform_mac))
+        .context("no answer in the platform capture")?
+        .clone();
+    let doctored = dir.path("doctored.pcap");
+    std::fs::write(&doctored, [&bytes[..], &bytes[answer.clone()]].concat())?;
+    let (passed, twice) = exactly_once_check(&doctored, &net)?;
+    // (Unless some request straddled the answered ttl: then a second
+    // answer to it is allowed, and the first answer might be its.)
+    ensure!(
+        check["timing"]["ttl_ambiguous"] != 0
+            || !passed
+                && twice["first_violations"][0]
+                    .as_str()
+                    .is_some_and(|v| v.contains("2 answers")),
+        "an answer sent twice went unnoticed: {twice}"
+    );
+    std::fs::write(
+        &doctored,
+        [&bytes[..answer.start], &bytes[answer.end..]].concat(),
+    )?;
+    let (passed, none) = exactly_once_check(&doctored, &net)?;
+    ensure!(
+        !passed
+            && none["first_violations"][0]
+                .as_str()
+                .is_some_and(|v| v.contains("0 answers")),
+        "a missing answer went unnoticed: {none}"
     );
 
     // How the counts add up. Names: P = the pcap's frames (manifest), and
