@@ -35,8 +35,7 @@
 //!   platform's port and what it sent: every request of which a
 //!   well-formed fragment arrived gets one answer, OK if all its fragments
 //!   arrived and INCOMPLETE otherwise, none twice, none for a request that
-//!   never arrived;
-//!   The checker knows two things about time that the protocol leaves to
+//!   never arrived. The checker knows two things about time that the protocol leaves to
 //!   the platform: a request complete on the wire only near or past the
 //!   reassembly timeout may be answered OK or INCOMPLETE, and a fragment
 //!   later than the IF's answered ttl (4 timeouts from the request's
