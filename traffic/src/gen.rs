@@ -33,7 +33,17 @@
 //!    packets;
 //! 10. for every request, its completing fragment swapped into the place of
 //!     its last well-formed packet, so duplicates and the disagreeing
-//!     fragment always arrive before the request can complete.
+//!     fragment always arrive before the request can complete;
+//! 11. corrupted payloads (`--corrupt-rate`/`--corrupt-count`): of the
+//!     originals and duplicates in packet order, drawn last so that a run
+//!     without them is the same pcap as before they existed. A corrupted
+//!     fragment has 1 to 4 bytes of its *payload* (never the 32-byte
+//!     kneepoint header) changed, a valid IPv4 header checksum and a UDP
+//!     checksum computed over the changed bytes: what a sender that
+//!     corrupts data before checksumming it puts on the wire. Nothing in
+//!     docs/PROTOCOL.md (which has no integrity check of its own) or below
+//!     it can tell such a fragment from a good one, so it is well-formed
+//!     and changes no outcome, only, perhaps, the model's answer.
 //!
 //! Packet `k` gets the pcap timestamp `start_ts_ns + k * gap_ns`; a
 //! request's `send_ts_ns` is the timestamp of its first packet.
@@ -176,6 +186,9 @@ pub struct FaultPlan {
     pub malformed: Option<Amount>,
     /// Kinds of fault datagrams allowed.
     pub malformed_kinds: Vec<FaultKind>,
+    /// Well-formed fragments (originals and duplicates) whose payload bytes
+    /// are corrupted, the UDP checksum recomputed (module doc, step 11).
+    pub corrupt: Option<Amount>,
 }
 
 impl Default for FaultPlan {
@@ -186,6 +199,7 @@ impl Default for FaultPlan {
             disagree: None,
             malformed: None,
             malformed_kinds: FaultKind::ALL.to_vec(),
+            corrupt: None,
         }
     }
 }
@@ -322,6 +336,8 @@ pub struct Generated {
     start_ts_ns: u64,
     plans: Vec<Plan>,
     order: Vec<Packet>,
+    /// Per packet of `order`: the salt of its payload corruption, if any.
+    corrupt: Vec<Option<u64>>,
     manifest: Manifest,
 }
 
@@ -384,6 +400,7 @@ pub fn generate(cfg: &GenConfig, inputs: &Inputs) -> Result<Generated, GenError>
     check_rate("--missing", f.missing)?;
     check_rate("--disagree", f.disagree)?;
     check_rate("--malformed", f.malformed)?;
+    check_rate("--corrupt", f.corrupt)?;
     if cfg.endpoints.src_ports.is_empty() {
         return Err(GenError::Empty("the source port list"));
     }
@@ -626,7 +643,33 @@ pub fn generate(cfg: &GenConfig, inputs: &Inputs) -> Result<Generated, GenError>
         }
     }
 
-    let manifest = build_manifest(cfg, inputs, total_len, frag_count, &plans, &missing, &order);
+    // 11. Corrupted payloads, drawn last (see the module doc).
+    let mut corrupt = vec![None; order.len()];
+    let candidates: Vec<usize> = order
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| matches!(p.slot, Slot::Original | Slot::Duplicate))
+        .map(|(k, _)| k)
+        .collect();
+    let chosen: Vec<usize> = match f.corrupt {
+        Some(Amount::Rate(r)) if r > 0.0 => candidates
+            .iter()
+            .copied()
+            .filter(|_| rng.random_bool(r))
+            .collect(),
+        Some(Amount::Count(c)) => pick(&mut rng, "--corrupt-count", candidates.len(), c)?
+            .into_iter()
+            .map(|i| candidates[i])
+            .collect(),
+        _ => Vec::new(),
+    };
+    for k in chosen {
+        corrupt[k] = Some(rng.random());
+    }
+
+    let manifest = build_manifest(
+        cfg, inputs, total_len, frag_count, &plans, &missing, &order, &corrupt,
+    );
     Ok(Generated {
         endpoints: cfg.endpoints.clone(),
         total_len,
@@ -635,6 +678,7 @@ pub fn generate(cfg: &GenConfig, inputs: &Inputs) -> Result<Generated, GenError>
         start_ts_ns: cfg.start_ts_ns,
         plans,
         order,
+        corrupt,
         manifest,
     })
 }
@@ -704,6 +748,7 @@ fn request_packets(rng: &mut StdRng, i: usize, plan: &Plan, missing: &[bool]) ->
     list.into()
 }
 
+#[allow(clippy::too_many_arguments)]
 fn build_manifest(
     cfg: &GenConfig,
     inputs: &Inputs,
@@ -712,10 +757,12 @@ fn build_manifest(
     plans: &[Plan],
     missing: &[bool],
     order: &[Packet],
+    corrupt: &[Option<u64>],
 ) -> Manifest {
     let fc = usize::from(frag_count);
     let n = plans.len();
     let mut well_formed = vec![0u64; n];
+    let mut corrupted: Vec<Vec<u16>> = vec![Vec::new(); n];
     let mut first_packet = vec![None; n];
     let mut last_packet = vec![None; n];
     // Every counter name is present, zeros included, so a reader can
@@ -765,6 +812,10 @@ fn build_manifest(
                     _ => t.disagreeing += 1,
                 }
                 t.well_formed += 1;
+                if corrupt[k].is_some() {
+                    t.corrupted += 1;
+                    corrupted[r].push(p.index);
+                }
                 *t.well_formed_per_if.entry(plans[r].if_id).or_default() += 1;
                 well_formed[r] += 1;
                 first_packet[r].get_or_insert(k as u64);
@@ -788,6 +839,7 @@ fn build_manifest(
             .collect();
         let mut duplicated = plan.duplicated.clone();
         duplicated.sort_unstable();
+        corrupted[i].sort_unstable();
         let expected = cfg.deployed.as_ref().map(|deployed| {
             let e = if well_formed[i] == 0 {
                 Expected::None
@@ -821,6 +873,7 @@ fn build_manifest(
             present,
             missing: missing_idx,
             duplicated,
+            corrupted: std::mem::take(&mut corrupted[i]),
             disagreement: plan.disagreement,
             faults: plan
                 .faults
@@ -914,6 +967,10 @@ impl Generated {
                 let mut udp = vec![0u8; HEADER_LEN + range.len()];
                 put_header(&repr, &mut udp);
                 udp[HEADER_LEN..].copy_from_slice(&payload[range]);
+                if let Some(salt) = self.corrupt[k] {
+                    corrupt_payload(&mut udp[HEADER_LEN..], salt);
+                }
+                // emit_udp_frame checksums the bytes as they now are.
                 udp
             }
             Slot::Disagree => {
@@ -951,6 +1008,19 @@ impl Generated {
         let n = w.records();
         w.finish()?;
         Ok(n)
+    }
+}
+
+/// Changes 1 to 4 bytes of a fragment's payload (never to their own
+/// value), at places and by amounts drawn from `salt`.
+fn corrupt_payload(payload: &mut [u8], salt: u64) {
+    if payload.is_empty() {
+        return;
+    }
+    let mut rng = StdRng::seed_from_u64(salt);
+    for _ in 0..rng.random_range(1..=4) {
+        let at = rng.random_range(0..payload.len());
+        payload[at] ^= rng.random_range(1..=u8::MAX);
     }
 }
 
@@ -1044,6 +1114,7 @@ mod tests {
                 disagree: Some(Amount::Rate(0.2)),
                 malformed: Some(Amount::Rate(0.05)),
                 malformed_kinds: FaultKind::ALL.to_vec(),
+                corrupt: Some(Amount::Rate(0.05)),
             },
             gap_ns: 3_000,
             start_ts_ns: 1_700_000_000_000_000_000,
@@ -1261,7 +1332,11 @@ mod tests {
         let t = &m.totals;
         // The mix really has every ingredient.
         assert!(
-            t.duplicates > 0 && t.missing > 0 && t.disagreeing > 0 && t.faults > 0,
+            t.duplicates > 0
+                && t.missing > 0
+                && t.disagreeing > 0
+                && t.faults > 0
+                && t.corrupted > 0,
             "{t:?}"
         );
         let exp = t.expected.as_ref().unwrap();
@@ -1287,6 +1362,7 @@ mod tests {
                 disagree: Some(Amount::Count(3)),
                 malformed: Some(Amount::Count(2)),
                 malformed_kinds: FaultKind::ALL.to_vec(),
+                corrupt: Some(Amount::Count(7)),
             },
             deployed: Some(BTreeMap::from([(1, 300)])),
             ..GenConfig::default()
@@ -1294,7 +1370,10 @@ mod tests {
         let inputs = synthetic(shape(300), 2);
         let run = generate(&cfg, &inputs).unwrap();
         let t = &run.manifest().totals;
-        assert_eq!((t.duplicates, t.missing, t.disagreeing), (9, 13, 3));
+        assert_eq!(
+            (t.duplicates, t.missing, t.disagreeing, t.corrupted),
+            (9, 13, 3, 7)
+        );
         assert!(
             t.faults_by_kind.values().all(|v| *v == 2),
             "{:?}",
@@ -1331,6 +1410,78 @@ mod tests {
             generate(&bad_rate, &inputs),
             Err(GenError::BadRate { .. })
         ));
+    }
+
+    /// The UDP checksum of an IPv4 frame without a VLAN tag or IP options
+    /// verifies (RFC 768: the sum over pseudo-header and datagram is 0).
+    fn udp_checksum_verifies(frame: &[u8]) -> bool {
+        let ip = &frame[14..34];
+        let udp = &frame[34..];
+        let mut pseudo = Vec::with_capacity(12 + udp.len());
+        pseudo.extend_from_slice(&ip[12..20]);
+        pseudo.extend_from_slice(&[0, 17]);
+        pseudo.extend_from_slice(&(udp.len() as u16).to_be_bytes());
+        pseudo.extend_from_slice(udp);
+        udp[6..8] != [0, 0] && crate::fault::internet_checksum(&pseudo) == 0
+    }
+
+    #[test]
+    fn corrupted_fragments_differ_in_payload_bytes_only_and_stay_well_formed() {
+        let plain = GenConfig {
+            requests: 30,
+            frag_size: 100,
+            interleave: 3,
+            shuffle_window: 5,
+            faults: FaultPlan {
+                duplicates: Some(Amount::Rate(0.1)),
+                malformed: Some(Amount::Rate(0.05)),
+                ..FaultPlan::default()
+            },
+            deployed: Some(BTreeMap::from([(1, 700)])),
+            ..GenConfig::default()
+        };
+        let corrupt = GenConfig {
+            faults: FaultPlan {
+                corrupt: Some(Amount::Count(25)),
+                ..plain.faults.clone()
+            },
+            ..plain.clone()
+        };
+        let inputs = synthetic(shape(700), 3);
+        let a = generate(&plain, &inputs).unwrap();
+        let b = generate(&corrupt, &inputs).unwrap();
+        // Drawn last: the same packets in the same order, the same outcomes.
+        assert_eq!(a.packets(), b.packets());
+        assert_eq!(b.manifest().totals.corrupted, 25);
+        let (ma, mb) = (a.manifest(), b.manifest());
+        assert_eq!(ma.totals.expected, mb.totals.expected);
+        assert_eq!(ma.totals.if_manager, mb.totals.if_manager);
+        let mut changed = 0;
+        for k in 0..a.packets() {
+            let (_, fa) = a.frame(k, &inputs);
+            let (_, fb) = b.frame(k, &inputs);
+            if fa == fb {
+                continue;
+            }
+            changed += 1;
+            assert_eq!(fa.len(), fb.len());
+            // Ethernet, IPv4 (checksum included), UDP ports and length,
+            // and the kneepoint header are untouched; the UDP checksum is
+            // the corrupted bytes' own.
+            assert_eq!(fa[..40], fb[..40], "packet {k}");
+            assert_eq!(fa[42..42 + HEADER_LEN], fb[42..42 + HEADER_LEN]);
+            let diff = (42 + HEADER_LEN..fa.len())
+                .filter(|i| fa[*i] != fb[*i])
+                .count();
+            assert!((1..=4).contains(&diff), "packet {k}: {diff} bytes differ");
+            assert!(udp_checksum_verifies(&fa) && udp_checksum_verifies(&fb));
+            assert_eq!(classify(&fa, 9000), classify(&fb, 9000));
+            assert!(matches!(classify(&fb, 9000), Verdict::Fragment { .. }));
+        }
+        assert_eq!(changed, 25);
+        let listed: usize = mb.requests.iter().map(|r| r.corrupted.len()).sum();
+        assert_eq!(listed, 25);
+        check_manifest_against_pcap(&corrupt, mb, &pcap_bytes(&b, &inputs));
     }
 
     #[test]

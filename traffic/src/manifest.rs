@@ -185,6 +185,13 @@ pub struct RequestEntry {
     pub missing: Vec<u16>,
     /// Indices sent twice (one extra, identical copy each), ascending.
     pub duplicated: Vec<u16>,
+    /// Indices of the well-formed copies (originals or duplicates) whose
+    /// payload bytes kp-gen corrupted, the UDP checksum recomputed, one
+    /// entry per corrupted copy, ascending. They are well-formed: nothing
+    /// in the protocol can tell (`kp_traffic::gen`, step 11), so they
+    /// change no outcome. Absent in manifests older than the field.
+    #[serde(default)]
+    pub corrupted: Vec<u16>,
     /// The disagreeing fragment, if any.
     pub disagreement: Option<Disagreement>,
     /// Fault datagrams made from this request's fragments. They are never
@@ -247,6 +254,10 @@ pub struct Totals {
     pub missing: u64,
     /// Disagreeing fragments (one per request that has one).
     pub disagreeing: u64,
+    /// Well-formed fragments with corrupted payload bytes (counted in
+    /// `originals` or `duplicates` too). Absent in older manifests.
+    #[serde(default)]
+    pub corrupted: u64,
     /// Fault datagrams, by [`FaultKind`] name (every kind, zeros included).
     pub faults_by_kind: BTreeMap<String, u64>,
     /// All fault datagrams.

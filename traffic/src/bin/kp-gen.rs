@@ -77,6 +77,16 @@ struct Args {
     /// not for us: not_ipv4, not_udp, wrong_port.
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     malformed_kinds: Option<Vec<String>>,
+    /// Corrupt 1 to 4 payload bytes (never the kneepoint header) of each
+    /// well-formed fragment with probability R, the IPv4 header checksum
+    /// valid and the UDP checksum computed over the corrupted bytes (a
+    /// sender that corrupts before it checksums): the protocol cannot tell,
+    /// so such fragments stay well-formed.
+    #[arg(long, value_name = "R", conflicts_with = "corrupt_count")]
+    corrupt_rate: Option<f64>,
+    /// Corrupt exactly N well-formed fragments' payloads (as --corrupt-rate).
+    #[arg(long, value_name = "N")]
+    corrupt_count: Option<u64>,
     /// Give each request (of 2+ fragments) with probability R a fragment
     /// that disagrees (total_len or send_ts_ns) with the others.
     #[arg(long, value_name = "R", conflicts_with = "disagree_count")]
@@ -167,6 +177,7 @@ fn main() -> Result<()> {
             disagree: amount(a.disagree_rate, a.disagree_count),
             malformed: amount(a.malformed_rate, a.malformed_each),
             malformed_kinds,
+            corrupt: amount(a.corrupt_rate, a.corrupt_count),
         },
         gap_ns: a.gap_us.checked_mul(1_000).context("--gap-us too large")?,
         start_ts_ns: a.start_ns,
@@ -204,13 +215,14 @@ fn main() -> Result<()> {
     if !a.quiet {
         let t = &m.totals;
         eprintln!(
-            "kp-gen: {packets} packets -> {}: {} requests of {} fragments; {} well-formed ({} duplicates, {} disagreeing), {} missing, {} malformed, {} not for us",
+            "kp-gen: {packets} packets -> {}: {} requests of {} fragments; {} well-formed ({} duplicates, {} disagreeing, {} corrupted), {} missing, {} malformed, {} not for us",
             a.out.display(),
             t.requests,
             m.requests.first().map(|r| r.frag_count).unwrap_or(0),
             t.well_formed,
             t.duplicates,
             t.disagreeing,
+            t.corrupted,
             t.missing,
             t.malformed_total,
             t.not_for_us_total,
