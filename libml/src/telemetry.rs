@@ -35,8 +35,8 @@ use serde_json::Value;
 use kp_wire::Status;
 
 pub use kp_schema::telemetry::{
-    batch_size_bounds, BatchSizeHistogram, IfMessage, LatencyHistogram, LatencySummary,
-    Publication, TelemetrySnapshot, LATENCY_BOUNDS_US,
+    batch_size_bounds, BatchSizeHistogram, DeviceStats, IfMessage, LatencyHistogram,
+    LatencySummary, Publication, TelemetrySnapshot, LATENCY_BOUNDS_US,
 };
 
 /// Weight of the newest sample in the EWMAs. 0.1 follows a change within
@@ -667,6 +667,7 @@ mod tests {
                     target_batch: 4,
                     ..BatchStats::default()
                 },
+                device: None,
             },
         };
         let bytes = serde_json::to_vec(&sent).unwrap();
@@ -710,6 +711,7 @@ mod tests {
                 mode: "active".into(),
                 telemetry: t.snapshot(1_200_000_000),
                 batching: BatchStats::default(),
+                device: None,
             },
         })
         .unwrap();

@@ -786,6 +786,7 @@ impl Daemon {
                     mode,
                     telemetry,
                     batching,
+                    ..
                 } if mode == Mode::Active.name() => rt.metrics = Some((telemetry, batching)),
                 Publication::Telemetry { .. } => {}
                 Publication::Provisioning { report } => rt.report = Some(report),

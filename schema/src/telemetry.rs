@@ -165,6 +165,48 @@ pub struct TelemetrySnapshot {
     pub run_seconds: f64,
 }
 
+/// What an engine with a device of its own (a GPU engine) measured there;
+/// CPU engines have none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceStats {
+    /// Batches timed on the device.
+    pub batches: u64,
+    /// Their device time summed, ns: from the input's copy to the device to
+    /// the last step's end (CUDA events on the engine's stream).
+    pub busy_ns: u64,
+    /// The last batch's device time, ns.
+    pub last_batch_ns: u64,
+    /// Device memory the engine holds for its model (parameters,
+    /// activations, workspace), bytes.
+    pub memory_bytes: u64,
+}
+
+impl DeviceStats {
+    /// Words in [`DeviceStats::to_words`].
+    pub const WORDS: usize = 4;
+
+    /// The numbers as words, in field order (how the inference thread hands
+    /// them to the telemetry publisher).
+    pub fn to_words(&self) -> [u64; Self::WORDS] {
+        [
+            self.batches,
+            self.busy_ns,
+            self.last_batch_ns,
+            self.memory_bytes,
+        ]
+    }
+
+    /// The inverse of [`DeviceStats::to_words`].
+    pub fn from_words(w: &[u64; Self::WORDS]) -> Self {
+        DeviceStats {
+            batches: w[0],
+            busy_ns: w[1],
+            last_batch_ns: w[2],
+            memory_bytes: w[3],
+        }
+    }
+}
+
 /// What an IF publishes on its telemetry socket, one JSON object per
 /// message: who it is, and a [`Publication`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -198,6 +240,10 @@ pub enum Publication {
         telemetry: TelemetrySnapshot,
         /// The batching policy's state.
         batching: BatchStats,
+        /// The engine's device, for an engine that has one (absent on the
+        /// wire otherwise).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        device: Option<DeviceStats>,
     },
     /// The batching policy found the IF under- or over-provisioned.
     Provisioning {

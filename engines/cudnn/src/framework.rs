@@ -6,7 +6,7 @@ use std::path::Path;
 use kp_cuda::dnn::Dnn;
 use kp_cuda::{Gpu, GpuError};
 use kp_plan::{Plan, PlanError};
-use libml::engine::{check_batch, EngineConfig, EngineError, Framework, ModelInfo};
+use libml::engine::{check_batch, DeviceStats, EngineConfig, EngineError, Framework, ModelInfo};
 
 use crate::{open, GpuPlan, DEVICE_ENV};
 
@@ -140,6 +140,17 @@ impl Framework for CudnnEngine {
     fn deinit(&mut self) {
         self.model = None;
         self.device = None;
+    }
+
+    fn device_stats(&self) -> Option<DeviceStats> {
+        let (m, _) = self.model.as_ref()?;
+        let s = m.stats();
+        Some(DeviceStats {
+            batches: s.batches,
+            busy_ns: s.busy_ns,
+            last_batch_ns: s.last_batch_ns,
+            memory_bytes: s.memory_bytes,
+        })
     }
 }
 

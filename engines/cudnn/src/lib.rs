@@ -41,6 +41,8 @@
 //! of the repository through it against ONNX Runtime on a GPU machine. Until
 //! that has passed (docs/GPU.md records each run), treat it as unverified.
 
+use kp_cuda::cudarc::driver::sys::CUevent_flags;
+use kp_cuda::cudarc::driver::CudaEvent;
 use kp_cuda::dnn::{
     self, Act, ConvOp, ConvSpec, DeviceF32, Dnn, LrnOp, LrnSpec, Nchw, PoolOp, PoolSpec, SoftmaxOp,
 };
@@ -64,6 +66,21 @@ pub struct GpuPlan {
     plan: Plan,
     params: DeviceF32,
     run: Option<Configured>,
+    stats: GpuStats,
+}
+
+/// What a [`GpuPlan`] measured on its GPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GpuStats {
+    /// Batches run since `configure`.
+    pub batches: u64,
+    /// Their GPU time summed, ns (CUDA events from the input's copy to the
+    /// last step).
+    pub busy_ns: u64,
+    /// The last batch's GPU time, ns.
+    pub last_batch_ns: u64,
+    /// Device memory held: parameters, arena, workspace, bytes.
+    pub memory_bytes: u64,
 }
 
 #[derive(Debug)]
@@ -73,6 +90,8 @@ struct Configured {
     workspace: DeviceF32,
     /// `per_batch[b - 1][step]`: the library ops of each step at batch `b`.
     per_batch: Vec<Vec<StepOp>>,
+    /// Start and end of a batch's work on the stream.
+    events: (CudaEvent, CudaEvent),
 }
 
 #[derive(Debug)]
@@ -102,6 +121,7 @@ impl GpuPlan {
             plan,
             params,
             run: None,
+            stats: GpuStats::default(),
         })
     }
 
@@ -113,6 +133,11 @@ impl GpuPlan {
     /// The GPU.
     pub fn gpu(&self) -> &Gpu {
         &self.gpu
+    }
+
+    /// What was measured so far.
+    pub fn stats(&self) -> GpuStats {
+        self.stats
     }
 
     /// The largest batch configured (0 before [`configure`](Self::configure)).
@@ -145,11 +170,21 @@ impl GpuPlan {
             })
             .max()
             .unwrap_or(0);
+        let event = || {
+            self.gpu
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(|error| GpuError::Cuda {
+                    what: "creating a timing event",
+                    error,
+                })
+        };
         let mut run = Configured {
             max_batch,
             arena: DeviceF32::zeros(d, self.plan.arena_per_sample * max_batch)?,
             workspace: DeviceF32::zeros(d, ws_bytes.div_ceil(4))?,
             per_batch,
+            events: (event()?, event()?),
         };
         run_steps(
             d,
@@ -164,6 +199,10 @@ impl GpuPlan {
             what: "the warm-up batch",
             error,
         })?;
+        self.stats = GpuStats {
+            memory_bytes: 4 * (self.params.len() + run.arena.len() + run.workspace.len()) as u64,
+            ..GpuStats::default()
+        };
         self.run = Some(run);
         Ok(())
     }
@@ -193,6 +232,11 @@ impl GpuPlan {
         let d = &self.dnn;
         let i = self.plan.range(&self.plan.input, batch).start;
         let o = self.plan.range(&self.plan.output, batch).start;
+        let timing = |what| move |error| GpuError::Cuda { what, error };
+        run.events
+            .0
+            .record(d.stream())
+            .map_err(timing("recording an event"))?;
         run.arena.write(d, i, input)?;
         run_steps(
             d,
@@ -203,7 +247,21 @@ impl GpuPlan {
             &self.params,
             &mut run.workspace,
         )?;
-        run.arena.read(d, o, output)
+        run.events
+            .1
+            .record(d.stream())
+            .map_err(timing("recording an event"))?;
+        run.arena.read(d, o, output)?;
+        let ms = run
+            .events
+            .0
+            .elapsed_ms(&run.events.1)
+            .map_err(timing("reading an event"))?;
+        let ns = (f64::from(ms) * 1e6) as u64;
+        self.stats.batches += 1;
+        self.stats.busy_ns += ns;
+        self.stats.last_batch_ns = ns;
+        Ok(())
     }
 }
 

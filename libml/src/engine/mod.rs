@@ -32,6 +32,8 @@ use std::path::Path;
 
 use thiserror::Error;
 
+pub use kp_schema::telemetry::DeviceStats;
+
 /// What the engine needs to know before it loads anything.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
@@ -111,6 +113,13 @@ pub trait Framework: Send {
     ) -> Result<(), EngineError>;
     /// Releases everything; the engine is not used again.
     fn deinit(&mut self);
+    /// What the engine measured on a device of its own (a GPU engine:
+    /// device time per batch, device memory), read after each batch and
+    /// published with the IF's telemetry. CPU engines have none (the
+    /// default).
+    fn device_stats(&self) -> Option<DeviceStats> {
+        None
+    }
 }
 
 /// The size checks every engine makes before a batch.

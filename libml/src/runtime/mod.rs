@@ -62,7 +62,7 @@ use succession::{
 
 use crate::backoff::{IdleAction, IdleBackoff};
 use crate::batching::{BatchPolicy, BatchStats, Decision, ProvisioningReport};
-use crate::engine::Framework;
+use crate::engine::{DeviceStats, Framework};
 use crate::pool::{self, InputLayout, SlotBuf};
 use crate::reassembly::{FragmentOutcome, Reassembler, SlotId};
 use crate::seqlock::SeqCell;
@@ -139,6 +139,35 @@ struct Returned<'p> {
     buf: SlotBuf<'p>,
 }
 
+/// The engine's latest [`DeviceStats`], handed from the inference thread to
+/// the telemetry publisher; empty until an engine with a device reports.
+struct DeviceCell {
+    cell: SeqCell<{ DeviceStats::WORDS }>,
+    seen: AtomicBool,
+}
+
+impl Default for DeviceCell {
+    fn default() -> Self {
+        DeviceCell {
+            cell: SeqCell::new([0; DeviceStats::WORDS]),
+            seen: AtomicBool::new(false),
+        }
+    }
+}
+
+impl DeviceCell {
+    fn store(&self, d: &DeviceStats) {
+        self.cell.store(d.to_words());
+        self.seen.store(true, Ordering::Release);
+    }
+
+    fn load(&self) -> Option<DeviceStats> {
+        self.seen
+            .load(Ordering::Acquire)
+            .then(|| DeviceStats::from_words(&self.cell.load()))
+    }
+}
+
 /// Counters only the driver keeps (the rest is in the reassembler and the
 /// batching policy).
 #[derive(Debug, Default)]
@@ -181,6 +210,7 @@ pub fn serve(
     let fragments_done = AtomicBool::new(false);
     let all_done = AtomicBool::new(false);
     let latest_batching = SeqCell::new(policy.stats().to_words());
+    let latest_device = DeviceCell::default();
     let (span, buffers) = pool.split_slots();
     let mut slots: Vec<Option<SlotBuf<'_>>> = buffers.into_iter().map(Some).collect();
     let mut rx = DriverCounters::default();
@@ -190,6 +220,7 @@ pub fn serve(
     std::thread::scope(|s| {
         if let Some(publish) = publish {
             let (telemetry, latest, all_done) = (&telemetry, &latest_batching, &all_done);
+            let device = &latest_device;
             let mode = succession.mode;
             s.spawn(move || {
                 let mut next = Instant::now() + cfg.telemetry_every;
@@ -203,6 +234,7 @@ pub fn serve(
                         mode: mode.get().name().to_string(),
                         telemetry: telemetry.snapshot(now_ns()),
                         batching: BatchStats::from_words(&latest.load()),
+                        device: device.load(),
                     });
                 }
                 // The last numbers, every answer counted: what a reader
@@ -212,6 +244,7 @@ pub fn serve(
                     mode: mode.get().name().to_string(),
                     telemetry: telemetry.snapshot(now_ns()),
                     batching: BatchStats::from_words(&latest.load()),
+                    device: device.load(),
                 });
             });
         }
@@ -234,6 +267,7 @@ pub fn serve(
                 succession.ledger,
                 span,
                 &latest_batching,
+                &latest_device,
                 publish,
             )
         });
@@ -285,6 +319,7 @@ pub fn serve(
             "answered_evictions": c.answered_evictions,
         },
         "batching": serde_json::to_value(policy.stats()).unwrap_or(Value::Null),
+        "device": serde_json::to_value(latest_device.load()).unwrap_or(Value::Null),
         "succession": {
             "taken": stats.taken,
             "gap_ns": stats.gap_ns,
@@ -732,6 +767,7 @@ fn inference_loop<'p>(
     ledger: &Ledger,
     span: pool::PoolSpan<'p>,
     latest_batching: &SeqCell<{ BatchStats::WORDS }>,
+    latest_device: &DeviceCell,
     publish: Option<Publish<'_>>,
 ) -> DriverCounters {
     let mut counters = DriverCounters::default();
@@ -860,6 +896,9 @@ fn inference_loop<'p>(
             publish(&Publication::Provisioning { report });
         }
         latest_batching.store(policy.stats().to_words());
+        if let Some(d) = engine.device_stats() {
+            latest_device.store(&d);
+        }
     }
 }
 

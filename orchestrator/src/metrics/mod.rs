@@ -334,6 +334,7 @@ impl PlatformMetrics {
             mode,
             telemetry,
             batching,
+            ..
         } = &msg.body
         else {
             return Ok(());
@@ -492,6 +493,7 @@ mod tests {
                     shed,
                     ..BatchStats::default()
                 },
+                device: None,
             },
         }
     }
