@@ -257,6 +257,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn device_stats_travel_only_for_engines_that_have_a_device() {
+        let msg = |device| IfMessage {
+            pid: 1,
+            if_id: 2,
+            model: "m".into(),
+            body: Publication::Telemetry {
+                mode: "active".into(),
+                telemetry: TelemetrySnapshot::default(),
+                batching: BatchStats::default(),
+                device,
+            },
+        };
+        let cpu = serde_json::to_value(msg(None)).unwrap();
+        assert!(cpu.get("device").is_none(), "{cpu}");
+        assert_eq!(serde_json::from_value::<IfMessage>(cpu).unwrap(), msg(None));
+        let d = DeviceStats {
+            batches: 3,
+            busy_ns: 30,
+            last_batch_ns: 9,
+            memory_bytes: 1 << 30,
+        };
+        assert_eq!(DeviceStats::from_words(&d.to_words()), d);
+        let gpu = serde_json::to_value(msg(Some(d))).unwrap();
+        assert_eq!(gpu["device"]["memory_bytes"], 1u64 << 30);
+        assert_eq!(
+            serde_json::from_value::<IfMessage>(gpu).unwrap(),
+            msg(Some(d))
+        );
+    }
+
+    #[test]
     fn a_latency_lands_in_the_first_bucket_whose_bound_it_does_not_exceed() {
         assert_eq!(LatencyHistogram::bucket_of(0), 0);
         assert_eq!(LatencyHistogram::bucket_of(250), 0);

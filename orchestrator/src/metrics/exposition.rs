@@ -212,6 +212,16 @@ impl Snapshot {
             active().map(|(l, g)| (l, g.target_batch as f64)),
         )?;
         f.gauges(
+            "kneepoint_if_device_batch_seconds",
+            "A GPU engine's last batch on its device, from the input's copy to the last step (CUDA events); absent for CPU engines.",
+            active().filter_map(|(l, g)| Some((l, g.device?.0 as f64 / 1e9))),
+        )?;
+        f.gauges(
+            "kneepoint_if_device_memory_bytes",
+            "Device memory a GPU engine holds for its model: parameters, activations, workspace; absent for CPU engines.",
+            active().filter_map(|(l, g)| Some((l, g.device?.1 as f64))),
+        )?;
+        f.gauges(
             "kneepoint_if_slo_attainment_ratio",
             "OK answers within the SLO of all answers of the serving process since it started.",
             active().filter_map(|(l, g)| Some((l, g.slo_attainment?))),
@@ -631,6 +641,39 @@ mod tests {
         assert!(text.contains("# TYPE kneepoint_port_receive_packets_total counter\n"));
         assert_eq!(value(&text, "kneepoint_if_manager_up"), "1.0");
         assert_eq!(value(&text, "kneepoint_platform_restarts_total"), "0");
+    }
+
+    #[test]
+    fn a_gpu_engine_s_device_time_and_memory_are_gauges_and_cpu_engines_have_none() {
+        let text = encode(&platform()).unwrap();
+        assert!(
+            !text.contains("kneepoint_if_device_memory_bytes{"),
+            "{text}"
+        );
+        let mut m = platform();
+        let mut msg = message(100, "active", 12, 1);
+        if let kp_schema::telemetry::Publication::Telemetry { device, .. } = &mut msg.body {
+            *device = Some(kp_schema::telemetry::DeviceStats {
+                batches: 6,
+                busy_ns: 9_000_000,
+                last_batch_ns: 1_500_000,
+                memory_bytes: 123_456_789,
+            });
+        }
+        m.on_message(&msg).unwrap();
+        let text = encode(&m).unwrap();
+        let act = r#"if_id="1",model="squeezenet",role="active""#;
+        assert_eq!(
+            value(
+                &text,
+                &format!("kneepoint_if_device_batch_seconds{{{act}}}")
+            ),
+            "0.0015"
+        );
+        assert_eq!(
+            value(&text, &format!("kneepoint_if_device_memory_bytes{{{act}}}")),
+            "123456789.0"
+        );
     }
 
     #[test]
