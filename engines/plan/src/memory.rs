@@ -15,13 +15,11 @@ use crate::plan::{Buffer, Step};
 /// Alignment of offsets and sizes, in f32.
 pub const ALIGN: usize = 64;
 
-/// The arena layout: one buffer per root.
+/// The arena layout: one buffer per root, at the root's index.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// Buffers, indexed like [`Layout::buffer_of_root`]'s values.
+    /// Buffers, indexed by root.
     pub buffers: Vec<Buffer>,
-    /// The buffer each planning root became.
-    pub buffer_of_root: Vec<usize>,
     /// Arena f32 per sample.
     pub arena_per_sample: usize,
 }
@@ -85,7 +83,6 @@ pub fn assign(
     }
     Layout {
         buffers,
-        buffer_of_root: (0..roots).collect(),
         arena_per_sample: arena,
     }
 }

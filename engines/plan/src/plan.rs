@@ -369,9 +369,8 @@ struct Builder<'g> {
     g: &'g Graph,
     named: HashMap<String, Named>,
     values: Vec<Value>,
-    /// Number of roots; root 0 is the input.
-    roots: usize,
-    /// The step that writes each root (None for the input).
+    /// The step that writes each root (None for the input, root 0); its
+    /// length is the number of roots.
     writer: Vec<Option<usize>>,
     steps: Vec<Step>,
     params: Vec<f32>,
@@ -394,7 +393,6 @@ pub fn build(g: &Graph) -> Result<Plan, PlanError> {
             root: 0,
             shape: input_shape,
         }],
-        roots: 1,
         writer: vec![None],
         steps: Vec::new(),
         params: Vec::new(),
@@ -442,41 +440,26 @@ pub fn build(g: &Graph) -> Result<Plan, PlanError> {
         values,
         steps,
         params,
-        roots,
         writer,
         ..
     } = b;
-    let root_elems: Vec<usize> = (0..roots)
-        .map(|r| {
-            values
-                .iter()
-                .find(|v| v.root == r)
-                .map(|v| v.shape.iter().product())
-                .unwrap_or(0)
-        })
+    // A root's size is its writer's output's (the input's for root 0); the
+    // roots become the buffers, index for index.
+    let input = Tensor {
+        buffer: 0,
+        shape: values[0].shape.clone(),
+    };
+    let root_elems: Vec<usize> = writer
+        .iter()
+        .map(|w| w.map_or(input.elems(), |s| steps[s].output.elems()))
         .collect();
     let layout = memory::assign(&steps, &root_elems, &writer, output_value.root);
-    let remap = |t: &Tensor| Tensor {
-        buffer: layout.buffer_of_root[t.buffer],
-        shape: t.shape.clone(),
-    };
-    let steps = steps
-        .into_iter()
-        .map(|s| Step {
-            inputs: s.inputs.iter().map(remap).collect(),
-            output: remap(&s.output),
-            ..s
-        })
-        .collect();
     Ok(Plan {
-        input: remap(&Tensor {
-            buffer: 0,
-            shape: values[0].shape.clone(),
-        }),
-        output: remap(&Tensor {
+        input,
+        output: Tensor {
             buffer: output_value.root,
             shape: output_value.shape,
-        }),
+        },
         steps,
         buffers: layout.buffers,
         arena_per_sample: layout.arena_per_sample,
@@ -662,6 +645,21 @@ impl Builder<'_> {
         }
     }
 
+    /// The activations a variadic node (Sum, Concat) reads, and the first;
+    /// an error when it reads none.
+    fn values_of(&self, n: &Node) -> Result<(Vec<usize>, usize), PlanError> {
+        let xs: Vec<usize> = (0..n.inputs.len())
+            .map(|i| self.value_of(n, i))
+            .collect::<Result<_, _>>()?;
+        match xs.first() {
+            Some(&x0) => Ok((xs, x0)),
+            None => Err(PlanError::Graph(format!(
+                "node {} ({}) has no inputs",
+                n.name, n.op
+            ))),
+        }
+    }
+
     fn const_of(&self, n: &Node, i: usize) -> Result<Option<&Const>, PlanError> {
         let Some(name) = n.inputs.get(i).filter(|s| !s.is_empty()) else {
             return Ok(None);
@@ -719,8 +717,7 @@ impl Builder<'_> {
                 n.name, n.op
             ))
         })?;
-        let root = self.roots;
-        self.roots += 1;
+        let root = self.writer.len();
         self.writer.push(Some(self.steps.len()));
         self.values.push(Value { root, shape });
         let out = self.values.len() - 1;
@@ -1242,15 +1239,7 @@ impl Builder<'_> {
     }
 
     fn sum(&mut self, n: &Node) -> Result<(), PlanError> {
-        let xs: Vec<usize> = (0..n.inputs.len())
-            .map(|i| self.value_of(n, i))
-            .collect::<Result<_, _>>()?;
-        let Some(&x0) = xs.first() else {
-            return Err(PlanError::Graph(format!(
-                "node {} ({}) has no inputs",
-                n.name, n.op
-            )));
-        };
+        let (xs, x0) = self.values_of(n)?;
         let shape = self.values[x0].shape.clone();
         if xs.iter().any(|&x| self.values[x].shape != shape) {
             *self
@@ -1537,15 +1526,7 @@ impl Builder<'_> {
     }
 
     fn concat(&mut self, n: &Node) -> Result<(), PlanError> {
-        let xs: Vec<usize> = (0..n.inputs.len())
-            .map(|i| self.value_of(n, i))
-            .collect::<Result<_, _>>()?;
-        let Some(&x0) = xs.first() else {
-            return Err(PlanError::Graph(format!(
-                "node {} (Concat) has no inputs",
-                n.name
-            )));
-        };
+        let (xs, x0) = self.values_of(n)?;
         let first = self.values[x0].shape.clone();
         if first.is_empty() {
             return Err(PlanError::Graph(format!(
