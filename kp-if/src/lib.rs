@@ -12,32 +12,21 @@
 use kp_schema::model::{EngineKind, ModelConfig};
 use libml::engine::{EngineError, Framework};
 
-/// The GPU a GPU engine uses: `$KP_GPU_DEVICE` (default 0).
-fn gpu_ordinal() -> Result<i32, EngineError> {
-    match std::env::var(kp_engine_cudnn::DEVICE_ENV) {
-        Ok(v) => v.parse().map_err(|_| {
-            EngineError::Library(format!(
-                "{}={v:?} is not a GPU ordinal",
-                kp_engine_cudnn::DEVICE_ENV
-            ))
-        }),
-        Err(_) => Ok(0),
-    }
-}
-
 /// A new, uninitialised engine of `kind`.
 pub fn engine_for(kind: EngineKind) -> Result<Box<dyn Framework>, EngineError> {
     Ok(match kind {
         EngineKind::OnnxRuntime => Box::new(kp_engine_onnxruntime::OnnxRuntime::new()),
         EngineKind::Tract => Box::new(kp_engine_tract::Tract::new()),
         EngineKind::Cudnn => Box::new(kp_engine_cudnn::CudnnEngine::new()),
-        EngineKind::OnnxRuntimeCuda => {
-            Box::new(kp_engine_onnxruntime::OnnxRuntime::new().with_device(
+        EngineKind::OnnxRuntimeCuda => Box::new(
+            kp_engine_onnxruntime::OnnxRuntime::new().with_device(
                 kp_engine_onnxruntime::Device::Cuda {
-                    device_id: gpu_ordinal()?,
+                    device_id: kp_engine_cudnn::device_ordinal()
+                        .and_then(|o| i32::try_from(o).map_err(|e| e.to_string()))
+                        .map_err(EngineError::Library)?,
                 },
-            ))
-        }
+            ),
+        ),
     })
 }
 

@@ -8,7 +8,7 @@ use kp_cuda::{Gpu, GpuError};
 use kp_plan::{Plan, PlanError};
 use libml::engine::{check_batch, DeviceStats, EngineConfig, EngineError, Framework, ModelInfo};
 
-use crate::{open, GpuPlan, DEVICE_ENV};
+use crate::{device_ordinal, open, GpuPlan};
 
 /// The `cudnn` engine.
 #[derive(Debug, Default)]
@@ -89,12 +89,7 @@ impl Framework for CudnnEngine {
         if self.device.is_some() || self.model.is_some() {
             return Err(EngineError::Order("init twice"));
         }
-        let ordinal = match std::env::var(DEVICE_ENV) {
-            Ok(v) => v.parse::<usize>().map_err(|_| {
-                EngineError::Library(format!("{DEVICE_ENV}={v:?} is not a GPU ordinal"))
-            })?,
-            Err(_) => 0,
-        };
+        let ordinal = device_ordinal().map_err(EngineError::Library)?;
         self.device = Some(open(ordinal).map_err(gpu_err)?);
         Ok(())
     }

@@ -104,6 +104,17 @@ enum StepOp {
     Kernel,
 }
 
+/// The GPU the GPU engines use: `$KP_GPU_DEVICE`, default 0; an error
+/// names a value that is not an ordinal.
+pub fn device_ordinal() -> Result<usize, String> {
+    match std::env::var(DEVICE_ENV) {
+        Ok(v) => v
+            .parse()
+            .map_err(|_| format!("{DEVICE_ENV}={v:?} is not a GPU ordinal")),
+        Err(_) => Ok(0),
+    }
+}
+
 /// Opens GPU `ordinal` and its libraries (cuDNN, cuBLAS, the step kernels).
 pub fn open(ordinal: usize) -> Result<(Gpu, Dnn), GpuError> {
     let gpu = Gpu::open(ordinal)?;
