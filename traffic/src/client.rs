@@ -29,7 +29,7 @@
 //! ([`kneepoint_client::ConfigBuilder::first_request_id`]).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::io;
+use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -124,7 +124,23 @@ pub struct ClientConfig {
     pub seed: u64,
     /// Listening time after the last request is resolved.
     pub linger: Duration,
+    /// Where to write one line per request as it ends ([`RECORD_HEADER`]),
+    /// for checks that need to know *when* each request went out and how
+    /// it ended (the chaos test matches unanswered requests to the faults
+    /// it injected); `None`: no record.
+    pub record: Option<std::path::PathBuf>,
 }
+
+/// The first line of a `--record` file. Then one line per request, in the
+/// order they ended: its request_id; when it was scheduled (open loop) or
+/// sent (closed loop), µs since the Unix epoch; how it ended (a status as
+/// [`Status::as_str`] says it, `unanswered` after its timeout, or
+/// `unreachable`); when its answer came, µs since the Unix epoch (empty
+/// when none came). Wall-clock times, so that other processes' events can
+/// be placed among them; derived from one reading of the wall clock at the
+/// start and the monotonic clock since, so a clock step during the run
+/// does not reorder them.
+pub const RECORD_HEADER: &str = "request_id,sent_unix_us,outcome,answered_unix_us";
 
 /// Why a client run failed (not: requests went unanswered).
 #[derive(Debug, thiserror::Error)]
@@ -427,17 +443,38 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
         .first_request_id(cfg.first_request_id)
         .connect()
         .map_err(from_client_error)?;
+    let record = match &cfg.record {
+        Some(path) => {
+            let f = std::fs::File::create(path)
+                .map_err(|e| ClientError::Usage(format!("--record {}: {e}", path.display())))?;
+            let mut w = io::BufWriter::new(f);
+            writeln!(w, "{RECORD_HEADER}")?;
+            Some(Record {
+                w,
+                epoch: (Instant::now(), std::time::SystemTime::now()),
+                failed: None,
+            })
+        }
+        None => None,
+    };
     let mut run = Loop {
         cfg,
         client: &client,
         tally: Tally::new(),
         out: HashMap::new(),
         held: VecDeque::new(),
+        record,
     };
     run.send_all(inputs)?;
     let send_end = Instant::now();
     while !run.out.is_empty() {
         run.collect(POLL);
+    }
+    if let Some(mut r) = run.record.take() {
+        if let Some(e) = r.failed.take() {
+            return Err(ClientError::Socket(e));
+        }
+        r.w.flush()?;
     }
     // Trailing duplicates are counted by the client's receiver meanwhile.
     std::thread::sleep(cfg.linger);
@@ -517,6 +554,47 @@ struct Loop<'a> {
     /// absent platform that answers with ICMP is not sent to in a tight
     /// loop (as before the client crate: they timed out).
     held: VecDeque<Instant>,
+    /// `--record`: where each request's end is written.
+    record: Option<Record>,
+}
+
+/// The `--record` file and the clocks' reading it converts instants with.
+struct Record {
+    w: io::BufWriter<std::fs::File>,
+    epoch: (Instant, std::time::SystemTime),
+    /// The first write that failed: the run ends with it.
+    failed: Option<io::Error>,
+}
+
+impl Record {
+    fn unix_us(&self, at: Instant) -> u128 {
+        let (mono, wall) = self.epoch;
+        let wall = if at >= mono {
+            wall + (at - mono)
+        } else {
+            wall - (mono - at)
+        };
+        wall.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros())
+    }
+
+    /// One request's line (see [`RECORD_HEADER`]).
+    fn ended(
+        &mut self,
+        id: Option<RequestId>,
+        from: Instant,
+        outcome: &str,
+        answered: Option<Instant>,
+    ) -> io::Result<()> {
+        let sent = self.unix_us(from);
+        let answered = answered.map(|a| self.unix_us(a).to_string());
+        writeln!(
+            self.w,
+            "{},{sent},{outcome},{}",
+            id.map(|i| i.0.to_string()).unwrap_or_default(),
+            answered.unwrap_or_default()
+        )
+    }
 }
 
 impl Loop<'_> {
@@ -600,6 +678,7 @@ impl Loop<'_> {
             }
             // The platform's host says nothing listens (ICMP): unanswered.
             Err(kneepoint_client::ClientError::Unreachable) => {
+                self.record(None, from, "unreachable", None);
                 self.unreachable(from);
                 Ok(())
             }
@@ -632,8 +711,29 @@ impl Loop<'_> {
                 continue; // not this loop's (cannot happen: one client each)
             };
             match (result, reply) {
-                (Err(kneepoint_client::ClientError::Unreachable), _) => self.unreachable(from),
-                (_, reply) => self.tally.ended(from, reply.as_ref()),
+                (Err(kneepoint_client::ClientError::Unreachable), _) => {
+                    self.record(Some(id), from, "unreachable", None);
+                    self.unreachable(from)
+                }
+                (_, reply) => {
+                    match &reply {
+                        Some(r) => {
+                            self.record(Some(id), from, r.status.as_str(), Some(r.received_at))
+                        }
+                        None => self.record(Some(id), from, "unanswered", None),
+                    }
+                    self.tally.ended(from, reply.as_ref())
+                }
+            }
+        }
+    }
+
+    /// Writes a request's line to the `--record` file, if there is one (a
+    /// send refused as unreachable before it had an id: an empty id).
+    fn record(&mut self, id: Option<RequestId>, from: Instant, outcome: &str, at: Option<Instant>) {
+        if let Some(r) = self.record.as_mut().filter(|r| r.failed.is_none()) {
+            if let Err(e) = r.ended(id, from, outcome, at) {
+                r.failed = Some(e);
             }
         }
     }
@@ -864,6 +964,7 @@ mod tests {
             first_request_id: 1,
             seed: 0,
             linger: 20 * MS,
+            record: None,
         }
     }
 
@@ -892,8 +993,47 @@ mod tests {
             50 * MS,
         );
         cfg.first_request_id = 1000;
+        let dir = std::env::temp_dir().join(format!("kp-record-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        cfg.record = Some(dir.join("record.csv"));
+        let before = std::time::SystemTime::now();
         let r = run(&cfg, &inputs()).unwrap();
         assert_eq!((r.sent, r.answered, r.unanswered), (20, 16, 4), "{r:?}");
+        // The record: a line per request, its outcome the fake's script for
+        // the n-th request it saw, times within the run and answers after
+        // their sends.
+        let text = std::fs::read_to_string(dir.join("record.csv")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some(RECORD_HEADER));
+        let start_us = before
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_micros();
+        let ids = platform.ids();
+        let mut seen = Vec::new();
+        for line in lines {
+            let f: Vec<&str> = line.split(',').collect();
+            assert_eq!(f.len(), 4, "{line}");
+            let id: u64 = f[0].parse().unwrap();
+            let sent: u128 = f[1].parse().unwrap();
+            let n = ids.iter().position(|&i| i == id).unwrap();
+            let want = match n % 5 {
+                1 => "overloaded",
+                3 => "unanswered",
+                _ => "ok",
+            };
+            assert_eq!(f[2], want, "{line}");
+            assert!(sent + 1_000 >= start_us, "{line}: sent before the run");
+            if want == "unanswered" {
+                assert_eq!(f[3], "", "{line}");
+            } else {
+                assert!(f[3].parse::<u128>().unwrap() >= sent, "{line}");
+            }
+            seen.push(id);
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (1000..1020).collect::<Vec<u64>>(), "one line each");
         assert_eq!(
             (r.duplicates, r.late, r.unexpected, r.malformed),
             (4, 0, 4, 4),

@@ -96,6 +96,11 @@ struct Args {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Write one CSV line per request as it ends: request_id, when it was
+    /// sent and answered (µs since the Unix epoch), and how it ended
+    /// (a status, `unanswered` or `unreachable`).
+    #[arg(long, value_name = "FILE", conflicts_with = "image")]
+    record: Option<PathBuf>,
     /// Exit 3 if any request went unanswered.
     #[arg(long)]
     expect_all_answered: bool,
@@ -176,6 +181,7 @@ fn client(a: &Args, stop_early: Arc<AtomicBool>) -> anyhow::Result<ExitCode> {
         first_request_id: a.first_request_id,
         seed: a.seed,
         linger: a.linger,
+        record: a.record.clone(),
     };
     let report = run(&cfg, &inputs)?;
     if a.json {
