@@ -38,8 +38,10 @@
 //!   leaves by itself once it has finished what it holds, the old shadow is
 //!   stopped, and a new shadow with the new spec is started.
 //! - The if-manager dying takes every IF with it: every IF process is
-//!   killed, the if-manager respawned (again a second after it dies or
-//!   cannot be spawned), and once it is ready every desired IF is started
+//!   killed, the if-manager respawned once they have all exited (so that
+//!   the new one can remove the old one's hugepage files; at most
+//!   [`IF_MANAGER_CLEARING`] later) and again a second after it dies or
+//!   cannot be spawned, and once it is ready every desired IF is started
 //!   again.
 //! - Retired IFs are unregistered once all their processes are gone;
 //!   after `shutdown` the processes still there after [`SHUTDOWN_GRACE`]
@@ -95,6 +97,14 @@ pub const WARM_UP: Duration = Duration::from_secs(3);
 /// if-manager that dies at once (its NIC gone, hugepages short) is not
 /// respawned in a tight loop.
 pub const IF_MANAGER_RETRY: Duration = Duration::from_secs(1);
+
+/// After the if-manager died, how long its IF processes (killed) may take
+/// to exit before it is started again anyway. A new if-manager started
+/// while processes of the old one still map its hugepage files cannot
+/// remove those files (they are left behind, and the memory with them);
+/// SIGKILLed processes exit in milliseconds, so this only bounds a process
+/// stuck in the kernel.
+pub const IF_MANAGER_CLEARING: Duration = Duration::from_secs(10);
 
 /// What one `kp-if` process runs with.
 #[derive(Clone, Debug, PartialEq)]
@@ -360,6 +370,13 @@ enum IfManager {
     Up,
     /// Died during shutdown: not restarted.
     Down,
+    /// Dead since `since`: waiting for the IF processes it took with it
+    /// (`left`) to exit before it is started again
+    /// ([`IF_MANAGER_CLEARING`]).
+    Clearing {
+        since: Duration,
+        left: std::collections::BTreeSet<ProcId>,
+    },
     /// Being restarted since `since` (the last spawn attempt).
     Restarting {
         since: Duration,
@@ -724,6 +741,9 @@ impl Lifecycle {
         let Some(p) = self.procs.remove(&proc) else {
             return;
         };
+        if let IfManager::Clearing { left, .. } = &mut self.if_manager {
+            left.remove(&proc);
+        }
         let if_id = p.if_id;
         let shutting = self.shutting_down;
         let Some(rt) = self.ifs.get_mut(&if_id) else {
@@ -882,6 +902,14 @@ impl Lifecycle {
                     exit.status
                 );
                 self.platform_restarts += 1;
+                // Those in no place (an old active finishing what it held,
+                // a shadow let go) were on the dead one's rings too.
+                for proc in self.leaving() {
+                    out.push(Action::Kill {
+                        proc,
+                        why: KillReason::PlatformRestart,
+                    });
+                }
                 let ids: Vec<u16> = self.ifs.keys().copied().collect();
                 for if_id in ids {
                     let rt = self.ifs.get_mut(&if_id).expect("listed");
@@ -893,7 +921,15 @@ impl Lifecycle {
                     }
                     self.set_busy(if_id, Some(Busy::Starting), out);
                 }
-                self.respawn_if_manager(now, None, out);
+                if self.procs.is_empty() {
+                    self.respawn_if_manager(now, None, out);
+                } else {
+                    // Started again on the tick after the last one exits.
+                    self.if_manager = IfManager::Clearing {
+                        since: now,
+                        left: self.procs.keys().copied().collect(),
+                    };
+                }
             }
             IfManager::Restarting {
                 alive, last_tail, ..
@@ -901,7 +937,7 @@ impl Lifecycle {
                 *alive = false;
                 *last_tail = Some(exit.tail);
             }
-            IfManager::Down => {}
+            IfManager::Down | IfManager::Clearing { .. } => {}
         }
     }
 
@@ -968,6 +1004,21 @@ impl Lifecycle {
                 }
                 let tail = last_tail.clone();
                 self.respawn_if_manager(now, tail, out);
+            }
+            IfManager::Clearing { .. } if self.shutting_down => self.if_manager = IfManager::Down,
+            IfManager::Clearing { since, left } => {
+                let waited = now.saturating_sub(*since);
+                if !left.is_empty() && waited > IF_MANAGER_CLEARING {
+                    tracing::warn!(
+                        "orchestrator: {} IF processes of the dead if-manager still run after \
+                         {:?}; starting it again anyway (their hugepage files may be left behind)",
+                        left.len(),
+                        IF_MANAGER_CLEARING
+                    );
+                }
+                if left.is_empty() || waited > IF_MANAGER_CLEARING {
+                    self.respawn_if_manager(now, None, out);
+                }
             }
             IfManager::Up => self.kill_timed_out(now, out),
             IfManager::Restarting { .. } | IfManager::Down => {}
@@ -1984,13 +2035,18 @@ mod tests {
                 kill(3, restart),
                 kill(4, restart),
                 set_busy(2, Busy::Starting),
-                Action::RespawnIfManager,
             ]
         );
         assert_eq!(r.m.platform_restarts(), 1);
         for n in 1..=5 {
+            assert_eq!(r.tick(), vec![], "process {n} of the dead one runs");
             assert_eq!(r.exited(n), vec![], "no fail-over");
         }
+        assert_eq!(
+            r.tick(),
+            vec![Action::RespawnIfManager],
+            "once the last one exited"
+        );
         assert_eq!(r.on(Event::IfManagerSpawned), vec![]);
         assert_eq!(r.tick(), vec![], "nothing starts before it is ready");
         r.desired.insert(1, spec(60.0));
@@ -2010,11 +2066,42 @@ mod tests {
     }
 
     #[test]
+    fn processes_in_no_place_are_killed_too_and_a_stuck_one_is_waited_for_a_while() {
+        let mut r = Rig::new();
+        r.serving(1, 30.0);
+        r.switch(1, 60.0);
+        r.spawned(3);
+        r.ready(3);
+        r.tick();
+        // 1 (the old active) finishes what it holds, 2 (the old shadow) was
+        // told to stop, 3 serves and 4 is its new shadow.
+        r.switched(3, Ok(1500));
+        assert_eq!(r.tick(), vec![spawn(4, 1, 60.0, true)]);
+        r.at(20.0);
+        let restart = KillReason::PlatformRestart;
+        let actions = r.on(Event::IfManagerExited { exit: crash() });
+        for n in 1..=4 {
+            assert!(actions.contains(&kill(n, restart)), "{n}: {actions:?}");
+        }
+        assert!(!actions.contains(&Action::RespawnIfManager));
+        for n in [1, 2, 3] {
+            r.exited(n);
+        }
+        r.at(20.0 + IF_MANAGER_CLEARING.as_secs_f64());
+        assert_eq!(r.tick(), vec![], "4 still runs");
+        r.at(20.001 + IF_MANAGER_CLEARING.as_secs_f64());
+        assert_eq!(r.tick(), vec![Action::RespawnIfManager], "not forever");
+    }
+
+    #[test]
     fn an_if_manager_that_fails_to_restart_is_tried_again_a_second_later() {
         let mut r = Rig::new();
         r.serving(1, 30.0);
         r.at(10.0);
         r.on(Event::IfManagerExited { exit: crash() });
+        r.exited(1);
+        r.exited(2);
+        assert_eq!(r.tick(), vec![Action::RespawnIfManager]);
         assert_eq!(r.on(Event::IfManagerSpawnFailed), vec![]);
         r.at(11.0);
         let keep_busy = vec![];
@@ -2048,9 +2135,12 @@ mod tests {
         r.deploy(1, 30.0);
         r.spawned(1);
         r.on(Event::IfManagerExited { exit: crash() });
-        // Deployed meanwhile: started, but not timed out.
+        // Deployed meanwhile: started, but not timed out, and not waited
+        // for (it is no process of the dead if-manager).
         r.deploy(2, 30.0);
         r.spawned(2);
+        r.exited(1);
+        assert_eq!(r.tick(), vec![Action::RespawnIfManager]);
         r.on(Event::IfManagerSpawned);
         r.at(120.0);
         assert_eq!(r.tick(), vec![]);
@@ -2066,6 +2156,9 @@ mod tests {
         let mut r = Rig::new();
         r.serving(1, 30.0);
         r.on(Event::IfManagerExited { exit: crash() });
+        r.exited(1);
+        r.exited(2);
+        r.tick();
         r.on(Event::IfManagerSpawned);
         r.on(Event::IfManagerReady);
         assert_eq!(r.spawn_failed(3), vec![]);
@@ -2082,12 +2175,19 @@ mod tests {
         r.desired.remove(&2);
         r.on(Event::Retire { if_id: 2 });
         r.on(Event::IfManagerExited { exit: crash() });
-        r.on(Event::IfManagerSpawned);
-        assert_eq!(r.on(Event::IfManagerReady), vec![spawn(5, 1, 30.0, false)]);
         for n in [1, 2, a, s] {
             r.exited(n);
         }
-        assert_eq!(r.tick(), vec![Action::Unregister { if_id: 2 }, clear(2)]);
+        assert_eq!(
+            r.tick(),
+            vec![
+                Action::RespawnIfManager,
+                Action::Unregister { if_id: 2 },
+                clear(2)
+            ]
+        );
+        r.on(Event::IfManagerSpawned);
+        assert_eq!(r.on(Event::IfManagerReady), vec![spawn(5, 1, 30.0, false)]);
     }
 
     #[test]
