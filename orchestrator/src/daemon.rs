@@ -424,6 +424,9 @@ impl Daemon {
             if let Some(p) = self.procs.remove(&proc) {
                 let _ = self.telemetry.disconnect(&p.telemetry);
                 self.metrics_lock().process_exited(p.proc.pid());
+                // One that was killed could not remove its sockets.
+                remove_ipc_file(&p.listen);
+                remove_ipc_file(&p.telemetry);
             }
             self.feed(Event::Exited { proc, exit });
         }
@@ -555,7 +558,8 @@ impl Daemon {
                 None
             }
             Action::RespawnIfManager => {
-                let result = self.spawn_if_manager();
+                let ifs: Vec<u16> = self.state.ifs().map(|d| d.if_id).collect();
+                let result = self.spawn_if_manager(&ifs);
                 let answer = match result {
                     Ok(p) => {
                         tracing::info!("orchestrator: restarting the if-manager (pid {})", p.pid());
@@ -617,7 +621,8 @@ impl Daemon {
     /// Starts the if-manager and waits until it serves (at start-up, before
     /// the control socket is served).
     fn start_if_manager(&mut self) -> anyhow::Result<()> {
-        let mut p = self.spawn_if_manager()?;
+        let ifs: Vec<u16> = self.cfg.deploy.iter().map(|d| d.if_id).collect();
+        let mut p = self.spawn_if_manager(&ifs)?;
         let deadline = Instant::now() + START_TIMEOUT;
         while !p.is_ready() {
             if p.poll_exit().is_some() || Instant::now() > deadline {
@@ -635,7 +640,12 @@ impl Daemon {
         Ok(())
     }
 
-    fn spawn_if_manager(&mut self) -> anyhow::Result<Proc> {
+    /// Spawns the if-manager with the rings of `ifs` (the IFs about to be
+    /// started on it) registered from the start: fragments that arrive
+    /// while an IF's process loads its model wait in its ring (or are shed
+    /// with a notice once it is full) instead of being answered
+    /// UNKNOWN_IF, which would tell clients the IF does not exist.
+    fn spawn_if_manager(&mut self, ifs: &[u16]) -> anyhow::Result<Proc> {
         let c = &self.cfg.if_manager;
         let exe = self.cfg.platform.bin_dir.join("if-manager");
         let mut cmd = match c.wrap.split_first() {
@@ -647,8 +657,11 @@ impl Daemon {
             None => Command::new(&exe),
         };
         let ready = ReadyPipe::new(ReadyRole::Serving, None)?;
-        cmd.args(&c.options)
-            .args(["--control", &self.ifm_control])
+        cmd.args(&c.options);
+        for id in ifs {
+            cmd.args(["--if", &id.to_string()]);
+        }
+        cmd.args(["--control", &self.ifm_control])
             .args(ready.args())
             .arg("--stats-json")
             .arg(self.runtime_dir.join("if-manager.json"))
@@ -997,9 +1010,14 @@ impl Daemon {
     }
 
     fn save_state(&self) {
-        let mut pids: Vec<u32> = self.ifm.iter().map(|p| p.proc.pid()).collect();
+        let ifm: Option<u32> = self.ifm.as_ref().map(|p| p.proc.pid());
+        let mut pids: Vec<u32> = ifm.into_iter().collect();
         pids.extend(self.procs.values().map(|p| p.proc.pid()));
-        let state = json!({ "orchestrator": std::process::id(), "pids": pids });
+        let state = json!({
+            "orchestrator": std::process::id(),
+            "if_manager": ifm,
+            "pids": pids,
+        });
         let _ = std::fs::write(self.runtime_dir.join("state.json"), state.to_string());
     }
 
@@ -1179,8 +1197,54 @@ fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
+/// TERMs `pids`, KILLs those still alive after `grace`, and waits (up to
+/// 5 s more) until they are gone: one still mapping the old hugepage files
+/// would keep a new if-manager from removing them.
+fn stop_all(pids: &[u32], grace: Duration) {
+    let alive = |p: &&u32| kp_os::affinity::process_alive(**p);
+    let wait = |until: Instant| {
+        while pids.iter().any(|p| alive(&p)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    for p in pids {
+        crate::process::signal(*p, "TERM");
+    }
+    wait(Instant::now() + grace);
+    for p in pids.iter().filter(alive) {
+        crate::process::signal(*p, "KILL");
+    }
+    wait(Instant::now() + Duration::from_secs(5));
+}
+
+/// Removes the socket file of an `ipc://` endpoint, if it is there: a
+/// process killed with SIGKILL leaves its bound sockets' files behind.
+fn remove_ipc_file(endpoint: &str) {
+    if let Some(path) = endpoint.strip_prefix("ipc://") {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The socket files of kp-if processes (`if-*.sock`, `tm-*.sock`) in
+/// `runtime_dir`: none of them is live once no kp-if of this runtime
+/// directory runs.
+fn remove_kp_if_sockets(runtime_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(runtime_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if (name.starts_with("if-") || name.starts_with("tm-")) && name.ends_with(".sock") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// A previous orchestrator that died left its processes running: stop
-/// them (they hold the platform's shared memory), so this one starts clean.
+/// them (they hold the platform's shared memory), so this one starts clean;
+/// and the socket files of its kp-ifs go, as they would have had they
+/// exited under it.
 fn clean_up_previous(runtime_dir: &Path) {
     let path = runtime_dir.join("state.json");
     let Ok(text) = std::fs::read_to_string(&path) else {
@@ -1206,27 +1270,29 @@ fn clean_up_previous(runtime_dir: &Path) {
                 .collect()
         })
         .unwrap_or_default();
-    let alive: Vec<u32> = pids
-        .into_iter()
-        .filter(|p| kp_os::affinity::process_alive(*p))
+    let ifm = state["if_manager"].as_u64().map(|p| p as u32);
+    let alive = |p: &u32| kp_os::affinity::process_alive(*p);
+    // The IFs first, while their if-manager still runs: each finishes what
+    // it holds, its answers go out, and it says goodbye and exits at once
+    // (with the if-manager gone first, each would wait out its goodbye's
+    // timeout). Then the if-manager.
+    let ifs: Vec<u32> = pids
+        .iter()
+        .copied()
+        .filter(|p| Some(*p) != ifm)
+        .filter(alive)
         .collect();
-    if !alive.is_empty() {
+    let ifm: Vec<u32> = ifm.into_iter().filter(alive).collect();
+    if !ifs.is_empty() || !ifm.is_empty() {
         tracing::warn!(
-            "orchestrator: cleaning up {} processes a previous orchestrator left: {alive:?}",
-            alive.len()
+            "orchestrator: cleaning up {} processes a previous orchestrator left: {:?}",
+            ifs.len() + ifm.len(),
+            ifs.iter().chain(&ifm).collect::<Vec<_>>()
         );
-        for p in &alive {
-            crate::process::signal(*p, "TERM");
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while alive.iter().any(|p| kp_os::affinity::process_alive(*p)) && Instant::now() < deadline
-        {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        for p in alive.iter().filter(|p| kp_os::affinity::process_alive(**p)) {
-            crate::process::signal(*p, "KILL");
-        }
     }
+    stop_all(&ifs, Duration::from_secs(10));
+    stop_all(&ifm, Duration::from_secs(10));
+    remove_kp_if_sockets(runtime_dir);
     let _ = std::fs::remove_file(path);
 }
 
