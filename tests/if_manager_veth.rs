@@ -193,6 +193,24 @@ fn kp_client_over_veth_gets_exactly_one_unknown_if_error_per_request() -> Result
         reply["ok"] == false && reply["error"]["code"] == "already_registered",
         "a second register must be refused: {reply}"
     );
+    // `ready` said again while live (the successor of a process killed
+    // before its goodbye) is accepted, and counts once: one goodbye ends it.
+    for (cmd, ok) in [
+        ("ready", true),
+        ("ready", true),
+        ("goodbye", true),
+        ("goodbye", false),
+    ] {
+        let reply = control(
+            &endpoint,
+            &json!({"cmd": cmd, "if_id": 3}),
+            Duration::from_secs(5),
+        )?;
+        ensure!(
+            reply["ok"] == ok && (ok || reply["error"]["code"] == "not_live"),
+            "{cmd}: {reply}"
+        );
+    }
     let reply = control(
         &endpoint,
         &json!({"cmd": "unregister", "if_id": 3}),

@@ -11,7 +11,7 @@
 //! |---|---|---|
 //! | `register` | `if_id`, optional `ring_size` (power of two) | creates ring `kp_if_<id>` and routes `if_id` to it; replies the ring, TX ring and mempool names |
 //! | `unregister` | `if_id` | stops routing, drains and frees the ring; replies how many fragments were still queued |
-//! | `ready` | `if_id` | the IF is attached to its ring and can serve; counts towards `--await-ifs` |
+//! | `ready` | `if_id` | the IF is attached to its ring and can serve; counts towards `--await-ifs` (once: said again while live, by the successor of a process killed before its `goodbye`, it is a no-op) |
 //! | `goodbye` | `if_id` | the IF has sent its last answer and is leaving (it stops counting as live for `--exit-when-idle`) |
 //! | `routes` | | the registered IFs and their counters |
 //! | `stats` | | all counters, as in the final report; the port's (`port`) as the data-plane lcore last read them, at most [`crate::port_stats::PORT_STATS_EVERY`] old |
@@ -109,15 +109,15 @@ impl Registry {
             .ifs
             .get_mut(&if_id)
             .ok_or_else(|| not_registered(if_id))?;
-        if r.ready && !r.gone {
-            return Err(ErrorBody::new(
-                codes::ALREADY_READY,
-                format!("{if_id} is already ready"),
-            ));
+        // Already live: the process that said `ready` was killed before its
+        // `goodbye`, and this is its successor (a replacement active). It
+        // counts once, as before; refusing it would leave the IF with no
+        // process able to start (each replacement exiting on the refusal).
+        if !r.ready || r.gone {
+            r.ready = true;
+            r.gone = false;
+            self.gate.live_ifs.fetch_add(1, Ordering::Relaxed);
         }
-        r.ready = true;
-        r.gone = false;
-        self.gate.live_ifs.fetch_add(1, Ordering::Relaxed);
         let ready = self.ifs.values().filter(|r| r.ready).count();
         if ready >= self.gate.await_ifs {
             self.gate.rx_open.store(true, Ordering::Release);

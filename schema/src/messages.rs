@@ -83,8 +83,6 @@ pub mod codes {
     pub const ALREADY_REGISTERED: &str = "already_registered";
     /// A command for an if_id that has no ring.
     pub const NOT_REGISTERED: &str = "not_registered";
-    /// `ready` of an IF that said so already.
-    pub const ALREADY_READY: &str = "already_ready";
     /// `goodbye` of an IF that is not live.
     pub const NOT_LIVE: &str = "not_live";
     /// A value out of its range (a ring size that is not a power of two).
