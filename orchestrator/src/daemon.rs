@@ -288,7 +288,14 @@ impl Daemon {
                     reply.to_json()
                 );
             }
-            d.wait_until_idle(START_TIMEOUT)?;
+            if let Err(e) = d.wait_until_idle(START_TIMEOUT) {
+                // A process that died while it started (killed, or a
+                // transient failure) must not take the orchestrator down
+                // with it: the IF shows as failed, with the reason, and can
+                // be re-provisioned; the others are still deployed.
+                tracing::warn!("orchestrator: if {} did not start: {e:#}", dep.if_id);
+                continue;
+            }
             if dep.pinned {
                 // Once it serves: a starting IF refuses changes (busy).
                 let pct = d.state.get(dep.if_id).map_or(30.0, |i| i.share_pct);
