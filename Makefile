@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers fuzz miri gpu-bundle gpu-check lint fmt clean
+.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers chaos fuzz miri gpu-bundle gpu-check lint fmt clean
 
 all: build
 
@@ -106,6 +106,20 @@ bench: build models
 
 bench-peers: build models
 	$(PYTHON) bench/bench.py
+
+# Chaos under load (docs/RELIABILITY.md, "Chaos"): two IFs under open-loop
+# load while a seeded schedule SIGKILLs actives, shadows, kp-ifs loading
+# their model, the if-manager and the orchestrator, and sends valid and
+# invalid commands; then every request is checked (answered once, or lost
+# only in a fault that took the data path down), restoration times,
+# leaks and RSS. `make test` runs 60 s of it; this runs CHAOS_SECONDS
+# (as root; the summary in build/chaos/summary.json).
+CHAOS_SECONDS ?= 600
+CHAOS_SEED ?= 14
+chaos: build models
+	mkdir -p build/chaos
+	KP_CHAOS_SECONDS=$(CHAOS_SECONDS) KP_CHAOS_SEED=$(CHAOS_SEED) KP_CHAOS_OUT=$(CURDIR)/build/chaos/summary.json \
+	  $(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests --test chaos -- --test-threads=1 --nocapture
 
 # Every fuzz target of fuzz/ in turn, FUZZ_SECONDS each, one libFuzzer
 # process per target. Not part of `make test`: it needs a nightly toolchain

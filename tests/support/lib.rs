@@ -612,15 +612,24 @@ bad_ip_header_len,bad_ip_total_len,bad_ip_checksum,bad_udp_length,not_ipv4,not_u
 /// Sends one JSON command to a ZeroMQ REP control socket and returns the
 /// reply (fails after `timeout` without one).
 pub fn control(endpoint: &str, command: &Value, timeout: Duration) -> Result<Value> {
+    control_raw(endpoint, command.to_string().as_bytes(), timeout)
+}
+
+/// [`control`] with any bytes as the request (not JSON, say); the reply
+/// must be JSON.
+pub fn control_raw(endpoint: &str, request: &[u8], timeout: Duration) -> Result<Value> {
     let ctx = zmq::Context::new();
     let sock = ctx.socket(zmq::REQ)?;
     sock.set_linger(0)?;
     sock.set_rcvtimeo(timeout.as_millis() as i32)?;
     sock.connect(endpoint)?;
-    sock.send(command.to_string().as_bytes(), 0)?;
-    let reply = sock
-        .recv_bytes(0)
-        .with_context(|| format!("no reply from {endpoint} to {command}"))?;
+    sock.send(request, 0)?;
+    let reply = sock.recv_bytes(0).with_context(|| {
+        format!(
+            "no reply from {endpoint} to {}",
+            String::from_utf8_lossy(request)
+        )
+    })?;
     Ok(serde_json::from_slice(&reply)?)
 }
 
