@@ -34,7 +34,9 @@ use serde_json::{json, Value};
 /// have, so that a starved machine cannot time a request out), the
 /// fail-over below failed 3 times in 11 runs on a loaded 2-core machine
 /// (replacement actives exiting 1 in a loop instead of the ready shadow
-/// taking over), never in 17 runs with 100 ms.
+/// taking over), never in 17 runs with 100 ms. The loop's cause, found by
+/// tests/chaos.rs, is fixed: the if-manager refused a replacement's
+/// `ready` (`already_ready`) when its predecessor died without a goodbye.
 const PLATFORM: &str = r#"metrics_listen = "127.0.0.1:0""#;
 
 /// Requests each kp-client keeps outstanding.
