@@ -218,7 +218,9 @@ impl Served {
                     && labels.iter().all(|x| k.contains(x))
             })
             .filter_map(|(k, v)| {
-                let le = k.split("le=\"").nth(1)?.split('"').next()?;
+                // The last label named `le` (`role="active"` ends in
+                // `le="` too).
+                let le = k.rsplit("le=\"").next()?.split('"').next()?;
                 let le = if le == "+Inf" {
                     f64::INFINITY
                 } else {
@@ -409,6 +411,14 @@ fn recovery(steady: &[Recorded], stop_us: u64, until_us: u64) -> Value {
     })
 }
 
+/// The machine's load averages (/proc/loadavg: 1, 5 and 15 min): how
+/// much else ran beside the test.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
 /// The CPUs a process may run on (`Cpus_allowed_list`).
 fn cpus_of(pid: u64) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -522,13 +532,18 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             &["--rate", &other_rate, "--duration", "3600s"],
         ))?;
         std::thread::sleep(Duration::from_secs(1));
-        let cap_report = run_client(kp_client(
-            &net,
-            HOT,
-            &record("capacity-hot"),
-            &["--concurrency", "4", "--duration", &secs],
-        ))?;
-        let capacity = goodput(&cap_report)?;
+        // Twice, the larger goodput counting: a spell of foreign load on
+        // a shared machine lowers one measurement, never raises it.
+        let mut cap_reports = Vec::new();
+        for name in ["capacity-hot", "capacity-hot-2"] {
+            cap_reports.push(run_client(kp_client(
+                &net,
+                HOT,
+                &record(name),
+                &["--concurrency", "4", "--duration", &secs],
+            ))?);
+        }
+        let capacity = goodput(&cap_reports[0])?.max(goodput(&cap_reports[1])?);
         eprintln!(
             "capacity: if {OTHER} alone {cap_other:.1}/s, if {HOT} beside it {capacity:.1}/s"
         );
@@ -553,9 +568,11 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             ],
         ))?;
         let mut scrapes = vec![("start", scrape(&metrics)?)];
+        let mut loads = vec![("start", loadavg())];
         std::thread::sleep(timings.baseline);
         let base_to = now_us();
         scrapes.push(("baseline", scrape(&metrics)?));
+        loads.push(("baseline", loadavg()));
         let mut phases = vec![Phase {
             name: "baseline",
             from_us: base_from,
@@ -581,6 +598,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             let from = rs.iter().map(|r| r.sent_us).min().context("no request")?;
             let to = rs.iter().map(|r| r.sent_us).max().context("no request")? + 1;
             scrapes.push((name, scrape(&metrics)?));
+            loads.push((name, loadavg()));
             phases.push(Phase {
                 name,
                 from_us: from,
@@ -593,6 +611,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
                 to_us: now_us(),
             });
             scrapes.push((rec_name, scrape(&metrics)?));
+            loads.push((rec_name, loadavg()));
             stops.push(to);
             excess.push((name, times, rate, report));
         }
@@ -611,7 +630,8 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
         let mut reports: Vec<(&str, &Value)> = vec![
             ("steady", &steady_report),
             ("other", &other_report),
-            ("capacity-hot", &cap_report),
+            ("capacity-hot", &cap_reports[0]),
+            ("capacity-hot-2", &cap_reports[1]),
             ("capacity-other", &cap_other_report),
         ];
         for (name, _, _, r) in &excess {
@@ -757,9 +777,18 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
                 })
             })
             .collect();
+        // Which code was measured (`-dirty`: with uncommitted changes).
+        let commit = Command::new("git")
+            .arg("-C")
+            .arg(repo_root())
+            .args(["describe", "--always", "--dirty", "--abbrev=7"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default();
         Ok((
             failures,
             json!({
+                "commit": commit,
                 "slo_ms": SLO_MS,
                 "frag_size": FRAG_SIZE,
                 "timings_s": {
@@ -769,6 +798,8 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
                     "recovery": timings.recovery.as_secs_f64(),
                 },
                 "placement": placement,
+            "loadavg_at_phase_end": loads.iter().map(|(n, l)| json!({"phase": n, "loadavg": l})).collect::<Vec<_>>(),
+            "capacity_runs_rps": cap_reports.iter().map(goodput).collect::<Result<Vec<_>>>()?,
                 "capacity_rps": {"other_alone": cap_other, "hot_beside_other_half": capacity},
                 "offered": offered,
                 "phases": table,
