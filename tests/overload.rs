@@ -105,7 +105,7 @@ impl Timings {
                 capacity: Duration::from_secs(4),
                 baseline: Duration::from_secs(4),
                 overload: Duration::from_secs(5),
-                recovery: Duration::from_secs(5),
+                recovery: Duration::from_secs(8),
             },
         })
     }
