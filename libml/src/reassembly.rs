@@ -709,6 +709,9 @@ pub struct Reassembler {
     next_slot: usize,
     in_flight: usize,
     handed: usize,
+    /// A new request is refused (OVERLOADED) while this many are handed
+    /// ([`Reassembler::set_handed_limit`]).
+    handed_limit: usize,
     /// No Assembling request is due before this (a lower bound).
     next_deadline_ns: u64,
     counters: ReassemblyCounters,
@@ -731,6 +734,7 @@ impl Reassembler {
             next_slot: 0,
             in_flight: 0,
             handed: 0,
+            handed_limit: usize::MAX,
             next_deadline_ns: u64::MAX,
             counters: ReassemblyCounters::default(),
         })
@@ -739,6 +743,19 @@ impl Reassembler {
     /// The configuration it was made with.
     pub fn config(&self) -> &ReassemblerConfig {
         &self.cfg
+    }
+
+    /// Refuse a new request (OVERLOADED at its first fragment, a slot
+    /// never taken) while `limit` or more complete requests are handed
+    /// and not yet released; `usize::MAX` (the default) for no limit.
+    /// The driver sets it from the batching policy
+    /// (`BatchPolicy::admission_limit`): a request that arrives behind
+    /// that many cannot be served within its SLO, and refusing it at once
+    /// spares the work of converting its payload into a slot, which under
+    /// overload takes the CPU the engine needs. Requests in flight are
+    /// not affected.
+    pub fn set_handed_limit(&mut self, limit: usize) {
+        self.handed_limit = limit;
     }
 
     /// Decides what happens to one fragment of request `key` (whose header
@@ -794,6 +811,10 @@ impl Reassembler {
         if h.total_len != self.cfg.input_len || h.frag_count > self.cfg.max_frags {
             self.counters.count_end(RequestEnd::BadRequest);
             return reject(Status::BadRequest);
+        }
+        if self.handed >= self.handed_limit {
+            self.counters.count_end(RequestEnd::Overloaded);
+            return reject(Status::Overloaded);
         }
         let Some(s) = self.allocate() else {
             self.counters.count_end(RequestEnd::Overloaded);
@@ -1402,6 +1423,39 @@ mod tests {
         // A slot coming back lets the next request in.
         r.release(SlotId(1)).unwrap();
         assert_eq!(feed(&mut r, 2, 2, 0, 2, 14), stored(1, 0));
+        check_accounting(&r);
+    }
+
+    #[test]
+    fn a_new_request_is_overloaded_while_the_handed_limit_is_reached() {
+        let mut r = reassembler(cfg());
+        r.set_handed_limit(1);
+        feed(&mut r, 1, 1, 0, 2, 10); // assembling: not handed
+        feed(&mut r, 1, 2, 0, 1, 10); // complete, handed, not released
+                                      // Slots are free, but one request is handed: refused at once.
+        assert_eq!(
+            feed(&mut r, 2, 1, 0, 2, 11),
+            rejected(2, 1, 11, Status::Overloaded, None)
+        );
+        assert_eq!(feed(&mut r, 2, 1, 1, 2, 12), FragmentOutcome::Late);
+        // A request in flight still completes.
+        assert!(matches!(
+            feed(&mut r, 1, 1, 1, 2, 13),
+            FragmentOutcome::StoreAndComplete { .. }
+        ));
+        let c = r.counters();
+        assert_eq!((c.overloaded, c.requests_overloaded), (1, 1));
+        // Released, or the limit lifted: new requests are let in again.
+        r.release(SlotId(1)).unwrap();
+        r.release(SlotId(0)).unwrap();
+        assert_eq!(feed(&mut r, 2, 2, 0, 2, 14), stored(2, 0));
+        r.set_handed_limit(usize::MAX);
+        feed(&mut r, 3, 1, 0, 1, 15);
+        feed(&mut r, 3, 2, 0, 1, 15);
+        assert!(matches!(
+            feed(&mut r, 3, 3, 0, 1, 15),
+            FragmentOutcome::StoreAndComplete { .. }
+        ));
         check_accounting(&r);
     }
 

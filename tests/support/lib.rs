@@ -782,3 +782,56 @@ impl Drop for BackgroundClient {
         }
     }
 }
+
+/// A process's resident set (`VmRSS` of /proc/PID/status), KiB; `None`
+/// once it is gone. Hugepage mappings (DPDK's memory, the input pool) are
+/// not in it: they are fixed when the platform starts.
+pub fn vm_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// One line of a `kp-client --record` file: how one request ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// Its request_id (`None`: a send refused as unreachable).
+    pub request_id: Option<u64>,
+    /// When it was sent (open loop: scheduled), µs since the Unix epoch.
+    pub sent_us: u64,
+    /// A status (`ok`, `overloaded`, ...), `unanswered` or `unreachable`.
+    pub outcome: String,
+    /// When its answer came, µs since the Unix epoch.
+    pub answered_us: Option<u64>,
+}
+
+impl Recorded {
+    /// Its round trip, µs, if it was answered.
+    pub fn rtt_us(&self) -> Option<u64> {
+        self.answered_us.map(|a| a.saturating_sub(self.sent_us))
+    }
+}
+
+/// Reads a `kp-client --record` file (its header line skipped).
+pub fn read_record(path: &Path) -> Result<Vec<Recorded>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let num =
+        |s: &str| -> Result<Option<u64>> { Ok(if s.is_empty() { None } else { Some(s.parse()?) }) };
+    text.lines()
+        .skip(1)
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            ensure!(f.len() == 4, "{}: bad line {line:?}", path.display());
+            Ok(Recorded {
+                request_id: num(f[0])?,
+                sent_us: num(f[1])?.context("no send time")?,
+                outcome: f[2].to_string(),
+                answered_us: num(f[3])?,
+            })
+        })
+        .collect()
+}

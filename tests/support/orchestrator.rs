@@ -44,13 +44,47 @@ pub fn wait_for(endpoint: &str, what: &str, done: impl Fn(&Value) -> bool) -> Re
     }
 }
 
-/// A platform config on `net` serving `ifs` (if_id, model), with
-/// `platform_extra` (TOML lines) added to its `[platform]` table.
+/// A platform config on `net` serving `ifs` (if_id, model), each with a
+/// 2 s SLO and a 50% share, with `platform_extra` (TOML lines) added to
+/// its `[platform]` table.
 pub fn write_config(
     path: &std::path::Path,
     net: &NetnsPair,
     prefix: &str,
     ifs: &[(u16, &str)],
+    platform_extra: &str,
+) -> Result<()> {
+    let ifs: Vec<Deploy<'_>> = ifs
+        .iter()
+        .map(|&(if_id, model)| Deploy {
+            if_id,
+            model,
+            slo_ms: 2000.0,
+            share_pct: 50.0,
+        })
+        .collect();
+    write_config_with(path, net, prefix, &ifs, platform_extra)
+}
+
+/// One IF a config deploys at start ([`write_config_with`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Deploy<'a> {
+    /// Its if_id.
+    pub if_id: u16,
+    /// The model's name in the repository.
+    pub model: &'a str,
+    /// Its latency objective, ms.
+    pub slo_ms: f64,
+    /// Its share of the device, percent.
+    pub share_pct: f64,
+}
+
+/// [`write_config`] with each IF's SLO and share given.
+pub fn write_config_with(
+    path: &std::path::Path,
+    net: &NetnsPair,
+    prefix: &str,
+    ifs: &[Deploy<'_>],
     platform_extra: &str,
 ) -> Result<()> {
     let mut text = format!(
@@ -74,9 +108,10 @@ file_prefix = "{prefix}"
         ip = net.get("PLATFORM_IP"),
         iface = net.get("PLATFORM_IF"),
     );
-    for (id, model) in ifs {
+    for d in ifs {
         text += &format!(
-            "\n[[deploy]]\nif_id = {id}\nmodel = \"{model}\"\nslo_ms = 2000\nshare_pct = 50\n"
+            "\n[[deploy]]\nif_id = {}\nmodel = \"{}\"\nslo_ms = {:?}\nshare_pct = {:?}\n",
+            d.if_id, d.model, d.slo_ms, d.share_pct
         );
     }
     std::fs::write(path, text)?;

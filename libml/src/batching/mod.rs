@@ -601,6 +601,26 @@ impl BatchPolicy {
         n as f64 / self.predicted_ns(m, n).max(1.0)
     }
 
+    /// How many complete requests the IF may hold (queued or in a batch)
+    /// before a new one is refused at its first fragment, OVERLOADED:
+    /// `n · max(2, ⌊slo / cost(n)⌋)` for the batch limit `n`. Batches are
+    /// at most `n`, so a request behind `n · k` held ones ends in batch
+    /// `k + 1` at the earliest, after `(k + 1) · cost(n)`: with `k =
+    /// ⌊slo / cost(n)⌋` that is past its SLO, and the shedding rules would
+    /// answer it OVERLOADED later anyway, after its payload was received
+    /// into a slot and converted — work that, under overload, takes the
+    /// CPU from the engine (at 10× squeezenet's capacity on a 2-core host,
+    /// goodput fell to a third: tests/overload.rs). At least two batches'
+    /// worth, so that an inflated model still lets the queue fill (the
+    /// probe needs a request). `None` before a cost model exists: nothing
+    /// is refused at cold start but for want of a slot.
+    pub fn admission_limit(&self) -> Option<usize> {
+        let m = self.model?;
+        let n = self.batch_limit();
+        let batches = self.cfg.slo_ns as f64 / self.predicted_ns(&m, n).max(1.0);
+        Some(n * (batches.floor() as usize).max(2))
+    }
+
     /// The current cost curve, `None` before the first batch finished.
     pub fn cost_model(&self) -> Option<CostModel> {
         self.model

@@ -324,6 +324,29 @@ fn fit_is_exact_without_noise() {
     assert!((m.b_ns / 1e6 - 1.0).abs() < 1e-9, "{m:?}");
 }
 
+/// The admission limit: none before a cost model, then the batch limit
+/// times the batches of that size that fit in the SLO, at least two.
+#[test]
+fn admission_limit_is_what_can_end_within_the_slo() {
+    let mut p = BatchPolicy::new(BatchConfig::new(100 * MS)).unwrap();
+    assert_eq!(p.admission_limit(), None);
+    // a = 8 ms, b = 1 ms: exact after these.
+    for (i, n) in [1usize, 2, 4, 8, 16, 5, 3].into_iter().enumerate() {
+        p.on_batch_done(n, 8 * MS + n as u64 * MS, 10 * MS, i as u64);
+    }
+    let n = p.batch_limit();
+    let cost = p.predicted_ns(&p.cost_model().unwrap(), n);
+    let k = (100e6 / cost).floor() as usize;
+    assert!(k >= 2, "batch limit {n}, cost {cost} ns");
+    assert_eq!(p.admission_limit(), Some(n * k));
+    // A request behind n·k held ones ends in batch k + 1: past the SLO.
+    assert!((k + 1) as f64 * cost > 100e6);
+    // An engine slower than the SLO still lets two batches in.
+    let mut slow = BatchPolicy::new(BatchConfig::new(10 * MS)).unwrap();
+    slow.on_batch_done(1, 30 * MS, 30 * MS, 1);
+    assert_eq!(slow.admission_limit(), Some(2 * slow.batch_limit()));
+}
+
 /// Noisy samples (±5% uniform, random batch sizes 1..=32) of a = 8 ms,
 /// b = 1 ms. With the default decay (memory ≈ 10 batches, an effective
 /// sample count of 19) the standard errors are about 0.5 ms for `a` and

@@ -45,7 +45,7 @@ pub mod handover;
 pub mod succession;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -209,6 +209,9 @@ pub fn serve(
     let returned: ArrayQueue<Returned<'_>> = ArrayQueue::new(capacity);
     let fragments_done = AtomicBool::new(false);
     let all_done = AtomicBool::new(false);
+    // The batching policy's admission limit, from the inference thread to
+    // the fragment thread's reassembler (`Reassembler::set_handed_limit`).
+    let admission = AtomicUsize::new(usize::MAX);
     let latest_batching = SeqCell::new(policy.stats().to_words());
     let latest_device = DeviceCell::default();
     let (span, buffers) = pool.split_slots();
@@ -268,6 +271,7 @@ pub fn serve(
                 span,
                 &latest_batching,
                 &latest_device,
+                &admission,
                 publish,
             )
         });
@@ -286,6 +290,7 @@ pub fn serve(
             &now_ns,
             &mut rx,
             &mut stats,
+            &admission,
         );
         fragments_done.store(true, Ordering::Release);
         match inference.join() {
@@ -361,6 +366,7 @@ fn fragment_loop<'p>(
     now_ns: &dyn Fn() -> u64,
     counters: &mut DriverCounters,
     stats: &mut SuccessionStats,
+    admission: &AtomicUsize,
 ) {
     let me = std::process::id();
     let ledger = succession.ledger;
@@ -468,6 +474,7 @@ fn fragment_loop<'p>(
         let rung = bell.seen();
         let got = source.dequeue_burst(&mut burst);
         machine.dequeued(got, now);
+        reassembler.set_handed_limit(admission.load(Ordering::Relaxed));
         // The frames are read in place; those of a predecessor's requests
         // are marked here and sent back below, the rest freed in bulk.
         let mut to_forward = 0u32;
@@ -768,6 +775,7 @@ fn inference_loop<'p>(
     span: pool::PoolSpan<'p>,
     latest_batching: &SeqCell<{ BatchStats::WORDS }>,
     latest_device: &DeviceCell,
+    admission: &AtomicUsize,
     publish: Option<Publish<'_>>,
 ) -> DriverCounters {
     let mut counters = DriverCounters::default();
@@ -896,6 +904,10 @@ fn inference_loop<'p>(
             publish(&Publication::Provisioning { report });
         }
         latest_batching.store(policy.stats().to_words());
+        admission.store(
+            policy.admission_limit().unwrap_or(usize::MAX),
+            Ordering::Relaxed,
+        );
         if let Some(d) = engine.device_stats() {
             latest_device.store(&d);
         }
