@@ -181,22 +181,28 @@ pub struct ControlServer {
     socket: Option<zmq::Socket>,
     endpoint: String,
     ipc: Option<PathBuf>,
+    /// The socket file's (device, inode) once bound: the file [`Drop`]
+    /// removes only while it is still this one.
+    ipc_id: Option<(u64, u64)>,
     /// `None` only while dropping.
     ctx: Option<zmq::Context>,
 }
 
 impl Drop for ControlServer {
     /// Closes the socket and removes an `ipc://` socket file, which
-    /// ZeroMQ leaves behind. The file is removed only if nothing answers on
-    /// it any more, so a server that took over the path keeps its socket.
+    /// ZeroMQ leaves behind. The file is removed only while it is the one
+    /// this server bound (same device and inode), so a server that took
+    /// over the path keeps its socket. (It used to be removed when a
+    /// connect to it was refused, which raced libzmq's I/O thread closing
+    /// the listener: a connect that came first succeeded, and the file
+    /// stayed.)
     fn drop(&mut self) {
         drop(self.socket.take());
         drop(self.ctx.take());
-        if let Some(path) = &self.ipc {
-            let stale = fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
-                && UnixStream::connect(path)
-                    .is_err_and(|e| e.kind() == io::ErrorKind::ConnectionRefused);
-            if stale {
+        if let (Some(path), Some(id)) = (&self.ipc, self.ipc_id) {
+            let ours = fs::symlink_metadata(path)
+                .is_ok_and(|m| m.file_type().is_socket() && (m.dev(), m.ino()) == id);
+            if ours {
                 let _ = fs::remove_file(path);
             }
         }
@@ -260,10 +266,15 @@ impl ControlServer {
             Ok(Ok(e)) if !e.is_empty() => e,
             _ => endpoint.to_string(),
         };
+        let ipc_id = ipc
+            .as_ref()
+            .and_then(|p| fs::symlink_metadata(p).ok())
+            .map(|m| (m.dev(), m.ino()));
         let server = ControlServer {
             socket: Some(socket),
             endpoint: bound,
             ipc,
+            ipc_id,
             ctx: Some(ctx),
         };
         if let Some(path) = &server.ipc {
