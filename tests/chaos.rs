@@ -57,8 +57,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, ensure, Context, Result};
 use kneepoint_tests::orchestrator::{all_active, kpctl, write_config, Orchestrator, HUNG};
 use kneepoint_tests::{
-    bin, control_raw, dpdk_files_left, file_prefix, read_record, repo_root, BackgroundClient,
-    NetnsPair, Recorded, Scratch,
+    bin, control_raw, dpdk_files_left, file_prefix, read_record, repo_root, vm_rss_kib,
+    BackgroundClient, NetnsPair, Recorded, Scratch,
 };
 use kp_os::affinity::process_alive;
 use serde_json::{json, Value};
@@ -241,12 +241,6 @@ fn age(pid: u32) -> Option<Duration> {
     ))
 }
 
-fn rss_kib(pid: u32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = text.lines().find(|l| l.starts_with("VmRSS:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 fn kill9(pid: u32) {
     let _ = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
@@ -303,7 +297,7 @@ impl Run<'_> {
             }
         }
         for (pid, (first, samples)) in self.seen.iter_mut() {
-            if let Some(kib) = rss_kib(*pid) {
+            if let Some(kib) = vm_rss_kib(*pid) {
                 samples.push((first.elapsed().as_secs_f64(), kib));
             }
         }

@@ -52,7 +52,7 @@ use kneepoint_tests::orchestrator::{
 };
 use kneepoint_tests::{
     bin, control, datagrams_lost, datagrams_received, dpdk_files_left, file_prefix, read_record,
-    repo_root, vm_rss_kib, BackgroundClient, NetnsPair, Recorded, Scratch,
+    repo_root, run, vm_rss_kib, BackgroundClient, NetnsPair, Recorded, Scratch,
 };
 use serde_json::{json, Value};
 
@@ -146,13 +146,7 @@ fn kp_client(net: &NetnsPair, if_id: u16, record: &Path, args: &[&str]) -> Comma
 
 /// Runs a kp-client to its end and returns its report.
 fn run_client(mut cmd: Command) -> Result<Value> {
-    let out = cmd.output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    ensure!(
-        out.status.success(),
-        "kp-client: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = run(&mut cmd)?;
     Ok(serde_json::from_str(
         text.lines().last().context("kp-client printed nothing")?,
     )?)
