@@ -80,11 +80,18 @@ pub struct BatchStats {
     pub under_reports: u64,
     /// Over-provisioning reports issued.
     pub over_reports: u64,
+    /// How much slower than predicted a batch may run: a high quantile of
+    /// recent batches' measured / predicted execution time, at least 1.
+    /// Deadlines (shedding, dispatch, waiting, admission) are planned with
+    /// the predicted cost times this factor (libml's `batching` module). 0
+    /// from an IF that does not report it.
+    #[serde(default)]
+    pub tail_factor: f64,
 }
 
 impl BatchStats {
     /// Words in [`BatchStats::to_words`].
-    pub const WORDS: usize = 18;
+    pub const WORDS: usize = 19;
 
     /// The numbers as words (floats as their bits), in field order: how the
     /// inference thread hands them to the telemetry publisher
@@ -109,6 +116,7 @@ impl BatchStats {
             self.regime_changes,
             self.under_reports,
             self.over_reports,
+            self.tail_factor.to_bits(),
         ]
     }
 
@@ -133,6 +141,7 @@ impl BatchStats {
             regime_changes: w[15],
             under_reports: w[16],
             over_reports: w[17],
+            tail_factor: f64::from_bits(w[18]),
         }
     }
 }

@@ -212,6 +212,11 @@ impl Snapshot {
             active().map(|(l, g)| (l, g.target_batch as f64)),
         )?;
         f.gauges(
+            "kneepoint_if_batch_tail_factor",
+            "How much slower than predicted the batching policy plans a batch where a deadline is at stake: the 95th percentile of recent batches' measured / predicted time, at least 1.",
+            active().map(|(l, g)| (l, g.tail_factor)),
+        )?;
+        f.gauges(
             "kneepoint_if_device_batch_seconds",
             "A GPU engine's last batch on its device, from the input's copy to the last step (CUDA events); absent for CPU engines.",
             active().filter_map(|(l, g)| Some((l, g.device?.0 as f64 / 1e9))),

@@ -216,6 +216,8 @@ pub struct ActiveGauges {
     pub in_flight: u64,
     /// The batching policy's target batch size.
     pub target_batch: u64,
+    /// The batching policy's tail factor (`BatchStats::tail_factor`).
+    pub tail_factor: f64,
     /// OK answers within the SLO of all answers, since the process started.
     pub slo_attainment: Option<f64>,
     /// Answers per second over the last rate window.
@@ -384,6 +386,7 @@ impl PlatformMetrics {
             series.active = Some(ActiveGauges {
                 in_flight: telemetry.arrivals.saturating_sub(telemetry.answers_total),
                 target_batch: batching.target_batch as u64,
+                tail_factor: batching.tail_factor,
                 slo_attainment: telemetry.slo_attainment,
                 throughput_per_s: telemetry.throughput_per_s,
                 arrival_rate_per_s: telemetry.arrival_rate_per_s,
