@@ -14,6 +14,16 @@
 //!    (the half loads only);
 //! 4. 10×: the second client adds 9.5×, then recovery again.
 //!
+//! **Placement.** The orchestrator gives each IF its own cores (on a
+//! 2-core machine: if 1 shares core 0 with the if-manager's poll loop, if 5
+//! has core 1). The clients are the test's load generators, not part of
+//! the platform; in a deployment they are other hosts. Here they run on the
+//! CPUs of the IF they load (`taskset`), and with them the kernel's work
+//! for their datagrams (a veth delivers on the sending CPU): otherwise the
+//! 10× client and its packets would run on if 5's core, and if 5's latency
+//! would measure the test's own traffic generator rather than the
+//! platform's isolation.
+//!
 //! What is asserted holds on any machine, however slow or loaded: every
 //! request sent is answered exactly once (none unanswered but for
 //! datagrams the kernel dropped before the if-manager, counted; no
@@ -128,10 +138,12 @@ fn now_us() -> u64 {
 }
 
 /// kp-client from the client namespace to `if_id`, in jumbo fragments,
-/// with `args` (the load) and `--record record`.
-fn kp_client(net: &NetnsPair, if_id: u16, record: &Path, args: &[&str]) -> Command {
+/// with `args` (the load) and `--record record`, on `cpus` (a CPU list, the
+/// CPUs of the IF it loads: module doc, "Placement").
+fn kp_client(net: &NetnsPair, if_id: u16, record: &Path, cpus: &str, args: &[&str]) -> Command {
     let mut cmd = Command::new("ip");
     cmd.args(["netns", "exec", net.get("CLIENT_NS")])
+        .args(["taskset", "-c", cpus])
         .arg(bin("kp-client"))
         .arg("--dst")
         .arg(format!("{}:9000", net.get("PLATFORM_IP")))
@@ -501,10 +513,17 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             .context("if-manager pid")?;
         let hot_pid = row(&s, HOT)?["pid"].as_u64().context("pid")?;
         let other_pid = row(&s, OTHER)?["pid"].as_u64().context("pid")?;
+        // Each IF's clients run on that IF's CPUs (module doc, "Placement").
+        let (hot_cpus, other_cpus) = (cpus_of(hot_pid), cpus_of(other_pid));
+        ensure!(
+            hot_cpus != "?" && other_cpus != "?",
+            "no CPU list for the IFs: {hot_cpus} / {other_cpus}"
+        );
         let placement = json!({
             "if_manager": cpus_of(ifm_pid),
-            "hot": cpus_of(hot_pid),
-            "other": cpus_of(other_pid),
+            "hot": hot_cpus,
+            "other": other_cpus,
+            "clients": "on the CPUs of the IF they load",
         });
         eprintln!("placement (CPUs allowed): {placement}");
         let received_before = received(&ifm_control)?;
@@ -515,6 +534,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             &net,
             OTHER,
             &record("capacity-other"),
+            &other_cpus,
             &["--concurrency", "4", "--duration", &secs],
         ))?;
         let cap_other = goodput(&cap_other_report)?;
@@ -523,6 +543,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             &net,
             OTHER,
             &record("other"),
+            &other_cpus,
             &["--rate", &other_rate, "--duration", "3600s"],
         ))?;
         std::thread::sleep(Duration::from_secs(1));
@@ -534,6 +555,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
                 &net,
                 HOT,
                 &record(name),
+                &hot_cpus,
                 &["--concurrency", "4", "--duration", &secs],
             ))?);
         }
@@ -554,6 +576,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             &net,
             HOT,
             &record("steady"),
+            &hot_cpus,
             &[
                 "--rate",
                 &format!("{:.1}", capacity / 2.0),
@@ -581,6 +604,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
                 &net,
                 HOT,
                 &record(name),
+                &hot_cpus,
                 &[
                     "--rate",
                     &format!("{rate:.1}"),
