@@ -100,11 +100,13 @@
 //! dispatched at the edge of its deadline then misses it whenever its batch
 //! is a slow one, and under overload every batch holds such requests: the
 //! served p99 passes the SLO by the spread of the batch times. So every
-//! *deadline* below (shedding, the dispatch cap, waiting, admission) uses
-//! `cost(n) · τ`, where `τ` is the [`TAIL_QUANTILE`] of the last
-//! [`TAIL_WINDOW`] batches' measured / predicted ratios (at least 1, at
-//! most [`TAIL_FACTOR_MAX`]); the plan and the batch choice, which are
-//! about throughput, use the averages. A steady engine keeps `τ` near 1
+//! *deadline* below (shedding, the dispatch cap, waiting) uses `cost(n) ·
+//! τ`, where `τ` is the [`TAIL_QUANTILE`] of the last [`TAIL_WINDOW`]
+//! batches' measured / predicted ratios (at least 1, at most
+//! [`TAIL_FACTOR_MAX`]); admission, which looks several batches ahead,
+//! allows for one slow batch among them
+//! ([`BatchPolicy::admission_limit`]); the plan and the batch choice, which
+//! are about throughput, use the averages. A steady engine keeps `τ` near 1
 //! and loses nothing. In the simulation of the tests (±5% noise, one batch
 //! in ten 1.4 times as long, offered twice the capacity) the served p99
 //! was past the SLO on the averages and is within it with `τ`.
@@ -658,10 +660,12 @@ impl BatchPolicy {
 
     /// How many complete requests the IF may hold (queued or in a batch)
     /// before a new one is refused at its first fragment, OVERLOADED:
-    /// `n · max(2, ⌊slo / (cost(n) · τ)⌋)` for the batch limit `n`. Batches are
-    /// at most `n`, so a request behind `n · k` held ones ends in batch
-    /// `k + 1` at the earliest, after `(k + 1) · cost(n)`: with `k =
-    /// ⌊slo / cost(n)⌋` that is past its SLO, and the shedding rules would
+    /// `n · max(2, ⌊slo / cost(n) − (τ − 1)⌋)` for the batch limit `n`.
+    /// Batches are at most `n`, so a request behind `n · k` held ones ends
+    /// in batch `k + 1` at the earliest, after `(k + 1) · cost(n)` on
+    /// average and `τ − 1` batches more when one of them runs slow (one
+    /// tail, not `k + 1`: a sum of batches spreads less than each): with
+    /// `k ≥ slo / cost(n) − τ` that is past its SLO, and the shedding rules would
     /// answer it OVERLOADED later anyway, after its payload was received
     /// into a slot and converted — work that, under overload, takes the
     /// CPU from the engine (at 10× squeezenet's capacity on a 2-core host,
@@ -672,7 +676,8 @@ impl BatchPolicy {
     pub fn admission_limit(&self) -> Option<usize> {
         let m = self.model?;
         let n = self.batch_limit();
-        let batches = self.cfg.slo_ns as f64 / self.deadline_cost_ns(&m, n).max(1.0);
+        let batches =
+            self.cfg.slo_ns as f64 / self.predicted_ns(&m, n).max(1.0) - (self.tail_factor - 1.0);
         Some(n * (batches.floor() as usize).max(2))
     }
 

@@ -362,6 +362,18 @@ fn admission_limit_is_what_can_end_within_the_slo() {
     assert_eq!(p.admission_limit(), Some(n * k));
     // A request behind n·k held ones ends in batch k + 1: past the SLO.
     assert!((k + 1) as f64 * cost > 100e6);
+    assert_eq!(p.tail_factor(), 1.0, "every batch as predicted");
+    // One batch 1.5 times as long as predicted: τ = 1.5, and admission
+    // allows for one such batch among the k + 1 (not for k + 1 of them).
+    let (ni, slow_batch) = (n, 1.5 * cost);
+    p.on_batch_done(ni, slow_batch as u64, 10 * MS, 100);
+    let tau = p.tail_factor();
+    assert!((tau - 1.5).abs() < 1e-3, "tail factor {tau}");
+    let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
+    let k = ((100e6 / cost - (tau - 1.0)).floor() as usize).max(2);
+    assert_eq!(p.admission_limit(), Some(p.batch_limit() * k));
+    assert!(k as f64 * cost + (tau - 1.0) * cost <= 100e6 * (1.0 + 1e-9));
+    assert!((k + 1) as f64 * cost + (tau - 1.0) * cost > 100e6);
     // An engine slower than the SLO still lets two batches in.
     let mut slow = BatchPolicy::new(BatchConfig::new(10 * MS)).unwrap();
     slow.on_batch_done(1, 30 * MS, 30 * MS, 1);
