@@ -15,7 +15,8 @@
 # be in build/wheels/, since nothing is downloaded here: carry them).
 # GPU_CHECK_ONLY limits the models (comma-separated names). After
 # kp-gpu-check, scripts/gpu_check_ort.py holds the engine's outputs against
-# this machine's own onnxruntime.
+# this machine's own onnxruntime, and scripts/gpu_torch_eager.py times the
+# same models in PyTorch eager (when python3 has torch) for the comparison.
 #
 # Exit status: 0 passed, 1 a check failed, 2 no GPU path on this machine.
 # GPU_CHECK_OUT: where the CSVs go (build/gpu-check).
@@ -75,4 +76,12 @@ if python3 -c 'import onnxruntime' 2>/dev/null; then
   python3 "${repo:-$here/..}/scripts/gpu_check_ort.py" "$models" "$out"
 else
   echo "gpu-check: no onnxruntime for python3 here: the engine was checked against the CPU reference only" >&2
+fi
+# The baseline: the same models in PyTorch eager on this GPU, timed the
+# same way, and the cudnn engine's latency against it (cudnn_vs_torch.csv).
+if python3 -c 'import torch, onnx, numpy' 2>/dev/null; then
+  python3 "${repo:-$here/..}/scripts/gpu_torch_eager.py" "$models" "$out" --reps 50 --max-batch 32 \
+    ${GPU_CHECK_ONLY:+--only "$GPU_CHECK_ONLY"}
+else
+  echo "gpu-check: no PyTorch (with onnx and numpy) for python3 here: no eager baseline" >&2
 fi
