@@ -16,7 +16,9 @@
 # GPU_CHECK_ONLY limits the models (comma-separated names). After
 # kp-gpu-check, scripts/gpu_check_ort.py holds the engine's outputs against
 # this machine's own onnxruntime, and scripts/gpu_torch_eager.py times the
-# same models in PyTorch eager (when python3 has torch) for the comparison.
+# same models in PyTorch eager (when python3 has torch) for the comparison;
+# last, when the machine has CUDA MPS, scripts/gpu-knee.sh sweeps the MPS
+# percentage for a small, a medium and a large model (the knee).
 #
 # Exit status: 0 passed, 1 a check failed, 2 no GPU path on this machine.
 # GPU_CHECK_OUT: where the CSVs go (build/gpu-check).
@@ -84,4 +86,12 @@ if python3 -c 'import torch, onnx, numpy' 2>/dev/null; then
     ${GPU_CHECK_ONLY:+--only "$GPU_CHECK_ONLY"}
 else
   echo "gpu-check: no PyTorch (with onnx and numpy) for python3 here: no eager baseline" >&2
+fi
+# The knee sweep, when this machine has CUDA MPS (GPU_CHECK_KNEE=0 skips it).
+if [[ ${GPU_CHECK_KNEE:-1} == 1 ]]; then
+  set +e
+  "${repo:-$here/..}/scripts/gpu-knee.sh" "$bin" "$models" "$out"
+  rc=$?
+  set -e
+  if [[ $rc == 1 ]]; then exit 1; fi
 fi

@@ -21,6 +21,12 @@
 //!    (1, 2, 4, ... `--max-batch`; median and p90 of `--reps` runs, input
 //!    copy and output read-back included).
 //!
+//! With `--knee` (one point of the knee sweep: scripts/gpu-knee.sh runs
+//! one process per CUDA MPS percentage), 1, then only the latency sweep of
+//! every model of `--models` (`--only` picks some), with p99, appended to
+//! `--out/knee.csv` under this process's MPS percentage and the SMs the
+//! driver says it may use.
+//!
 //! Writes `gather.csv` (and `engine.csv`) under `--out` and prints a
 //! summary. Exit status: 0 all checks passed; 1 a check failed; 2 no GPU
 //! path here.
@@ -59,6 +65,17 @@ struct Args {
     /// The largest batch of the engine's latency sweep.
     #[arg(long, default_value_t = 32)]
     max_batch: usize,
+    /// Only these models of `--models` (comma-separated names).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// One point of the knee sweep (scripts/gpu-knee.sh runs one process
+    /// per CUDA MPS percentage): no gather, no agreement check; the latency
+    /// sweep of every model of `--models`, with p99, appended to
+    /// `--out/knee.csv` under this process's MPS percentage
+    /// (`CUDA_MPS_ACTIVE_THREAD_PERCENTAGE`, 100 when unset) and the SMs
+    /// the driver says it may use.
+    #[arg(long, requires = "models")]
+    knee: bool,
 }
 
 /// The pool: 64 MiB, like a small IF's hugepage pool.
@@ -91,14 +108,23 @@ fn main() -> ExitCode {
 fn run(args: &Args, gpu: &Gpu) -> Result<()> {
     let info = gpu.info();
     println!(
-        "device {}: {} (sm_{}{}), {:.1} GiB, host pointer usable as is: {}",
+        "device {}: {} (sm_{}{}), {:.1} GiB, {} SMs ({} available to this process), host pointer usable as is: {}",
         info.ordinal,
         info.name,
         info.compute_capability.0,
         info.compute_capability.1,
         info.total_mem as f64 / (1u64 << 30) as f64,
+        info.sm_count,
+        info.sms_available
+            .map_or_else(|| "not reported".to_string(), |n| n.to_string()),
         info.host_pointer_usable
     );
+    std::fs::create_dir_all(&args.out)
+        .with_context(|| format!("creating {}", args.out.display()))?;
+    if args.knee {
+        let dir = args.models.as_deref().context("--knee needs --models")?;
+        return knee(args, gpu, dir);
+    }
     // A 2 MiB-aligned 64 MiB range inside a larger Vec: no unsafe needed.
     let mut backing = vec![0u8; POOL_BYTES + HUGEPAGE];
     let skip = backing.as_ptr().align_offset(HUGEPAGE);
@@ -124,8 +150,6 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
         .clone_htod(&gather::rgb_lut(MEAN, STD))
         .context("uploading the table")?;
 
-    std::fs::create_dir_all(&args.out)
-        .with_context(|| format!("creating {}", args.out.display()))?;
     let csv_path = args.out.join("gather.csv");
     let mut csv = std::fs::File::create(&csv_path)?;
     writeln!(
@@ -226,20 +250,140 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
     }
 }
 
-/// Every model of `dir` on the cudnn engine: agreement, then latency.
-fn engines(args: &Args, dir: &Path) -> Result<()> {
+/// The models of `dir` (`<name>/model.onnx`), those of `--only` if given,
+/// sorted.
+fn model_names(args: &Args, dir: &Path) -> Result<Vec<String>> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
         .filter_map(|e| e.ok())
         .filter(|e| e.path().join("model.onnx").exists())
         .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| args.only.is_empty() || args.only.contains(n))
         .collect();
     names.sort();
     ensure!(
         !names.is_empty(),
-        "no <name>/model.onnx under {}",
-        dir.display()
+        "no <name>/model.onnx under {}{}",
+        dir.display(),
+        if args.only.is_empty() {
+            String::new()
+        } else {
+            format!(" among {}", args.only.join(", "))
+        }
     );
+    Ok(names)
+}
+
+/// A deterministic input of `n` samples of `elems` values in [-2, 2).
+fn sample_input(seed: u64, n: usize, elems: usize) -> Vec<f32> {
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ seed;
+    (0..n * elems)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            (rng >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// One batch size of a latency sweep: milliseconds per batch, input copy
+/// and output read-back included.
+struct Latency {
+    batch: usize,
+    p50: f64,
+    p90: f64,
+    p99: f64,
+}
+
+/// Batches of 1, 2, 4, ... `--max-batch` of `sample` (one sample repeated)
+/// through `gp`: one warm-up, then `--reps` timed runs each.
+fn sweep(args: &Args, gp: &mut GpuPlan, sample: &[f32], po: usize) -> Result<Vec<Latency>> {
+    let mut out = Vec::new();
+    let mut b = 1;
+    while b <= args.max_batch {
+        let inp: Vec<f32> = sample
+            .iter()
+            .copied()
+            .cycle()
+            .take(b * sample.len())
+            .collect();
+        let mut res = vec![0.0f32; b * po];
+        gp.run(&inp, b, &mut res)?;
+        let mut ms = Vec::with_capacity(args.reps);
+        for _ in 0..args.reps.max(1) {
+            let t = Instant::now();
+            gp.run(&inp, b, &mut res)?;
+            ms.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+        ms.sort_by(f64::total_cmp);
+        let at = |q: f64| ms[((ms.len() as f64 * q) as usize).min(ms.len() - 1)];
+        out.push(Latency {
+            batch: b,
+            p50: ms[ms.len() / 2],
+            p90: at(0.9),
+            p99: at(0.99),
+        });
+        b *= 2;
+    }
+    Ok(out)
+}
+
+/// One point of the knee sweep: every model's latency sweep under this
+/// process's MPS percentage, appended to `knee.csv`.
+fn knee(args: &Args, gpu: &Gpu, dir: &Path) -> Result<()> {
+    let names = model_names(args, dir)?;
+    let pct = std::env::var("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE").unwrap_or_else(|_| "100".into());
+    let info = gpu.info();
+    let sms = info
+        .sms_available
+        .map_or_else(String::new, |n| n.to_string());
+    let csv_path = args.out.join("knee.csv");
+    let new = !csv_path.exists();
+    let mut csv = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&csv_path)
+        .with_context(|| format!("opening {}", csv_path.display()))?;
+    if new {
+        writeln!(
+            csv,
+            "mps_pct,sms_available,sm_count,model,batch,median_ms,p99_ms,images_per_s"
+        )?;
+    }
+    for name in &names {
+        let plan = Plan::load(&dir.join(name).join("model.onnx"))
+            .with_context(|| format!("planning {name}"))?;
+        let (pi, po) = (plan.input.elems(), plan.output.elems());
+        let (g, dnn) = kp_engine_cudnn::open(args.device)?;
+        let mut gp = GpuPlan::new(g, dnn, plan)?;
+        gp.configure(args.max_batch)?;
+        let sample = sample_input(name.len() as u64, 1, pi);
+        let mut line = String::new();
+        for l in sweep(args, &mut gp, &sample, po)? {
+            writeln!(
+                csv,
+                "{pct},{sms},{},{name},{},{:.4},{:.4},{:.1}",
+                info.sm_count,
+                l.batch,
+                l.p50,
+                l.p99,
+                l.batch as f64 / l.p50 * 1e3
+            )?;
+            line.push_str(&format!(
+                " b{}:{:.0}/s",
+                l.batch,
+                l.batch as f64 / l.p50 * 1e3
+            ));
+        }
+        println!("knee point: MPS {pct}% {name:16}{line}");
+    }
+    Ok(())
+}
+
+/// Every model of `dir` on the cudnn engine: agreement, then latency.
+fn engines(args: &Args, dir: &Path) -> Result<()> {
+    let names = model_names(args, dir)?;
     let csv_path = args.out.join("engine.csv");
     let mut csv = std::fs::File::create(&csv_path)?;
     writeln!(csv, "model,batch,median_ms,p90_ms,images_per_s")?;
@@ -249,15 +393,7 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
         let plan = Plan::load(&dir.join(name).join("model.onnx"))
             .with_context(|| format!("planning {name}"))?;
         let (pi, po) = (plan.input.elems(), plan.output.elems());
-        let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ name.len() as u64;
-        let input: Vec<f32> = (0..2 * pi)
-            .map(|_| {
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                (rng >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
-            })
-            .collect();
+        let input = sample_input(name.len() as u64, 2, pi);
         let mut want = vec![0.0f32; 2 * po];
         CpuBackend::new(plan.clone(), 2).run(&input, 2, &mut want)?;
         let cpu_s = t.elapsed().as_secs_f64();
@@ -298,27 +434,17 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
         if !ok {
             failed.push(name.clone());
         }
-        let mut b = 1;
         let mut line = String::new();
-        while b <= args.max_batch {
-            let inp: Vec<f32> = input[..pi].iter().copied().cycle().take(b * pi).collect();
-            let mut out = vec![0.0f32; b * po];
-            gp.run(&inp, b, &mut out)?;
-            let mut ms = Vec::with_capacity(args.reps);
-            for _ in 0..args.reps.max(1) {
-                let t = Instant::now();
-                gp.run(&inp, b, &mut out)?;
-                ms.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            ms.sort_by(f64::total_cmp);
-            let (p50, p90) = (ms[ms.len() / 2], ms[(ms.len() * 9 / 10).min(ms.len() - 1)]);
+        for l in sweep(args, &mut gp, &input[..pi], po)? {
             writeln!(
                 csv,
-                "{name},{b},{p50:.4},{p90:.4},{:.1}",
-                b as f64 / p50 * 1e3
+                "{name},{},{:.4},{:.4},{:.1}",
+                l.batch,
+                l.p50,
+                l.p90,
+                l.batch as f64 / l.p50 * 1e3
             )?;
-            line.push_str(&format!(" b{b}:{p50:.2}ms"));
-            b *= 2;
+            line.push_str(&format!(" b{}:{:.2}ms", l.batch, l.p50));
         }
         println!("{name:20} latency p50{line}");
     }

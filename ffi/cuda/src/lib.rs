@@ -161,6 +161,13 @@ pub struct DeviceInfo {
     /// Whether a registered host pointer can be used on the device as is
     /// (otherwise its device pointer is asked for).
     pub host_pointer_usable: bool,
+    /// Streaming multiprocessors of the device.
+    pub sm_count: i32,
+    /// Those this context may run on, as the driver reports them
+    /// (`cuCtxGetExecAffinity`, SM count): fewer than `sm_count` for a
+    /// client of CUDA MPS with an active-thread percentage below 100;
+    /// `None` when the driver does not say.
+    pub sms_available: Option<u32>,
 }
 
 /// One device, opened: its context and the stream everything runs on.
@@ -196,6 +203,10 @@ impl Gpu {
                 .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM)
                 .map_err(cuda("reading CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM"))?
                 != 0,
+            sm_count: ctx
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .map_err(cuda("reading the multiprocessor count"))?,
+            sms_available: sms_available(&ctx),
         };
         Ok(Gpu { ctx, stream, info })
     }
@@ -214,6 +225,28 @@ impl Gpu {
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
     }
+}
+
+/// The SMs `ctx` may run on (its execution affinity), or `None` when the
+/// driver does not report it.
+fn sms_available(ctx: &CudaContext) -> Option<u32> {
+    ctx.bind_to_thread().ok()?;
+    // SAFETY: an all-zero CUexecAffinityParam is a valid value of the
+    // plain C struct (a type tag and a union of one unsigned int).
+    let mut param: sys::CUexecAffinityParam = unsafe { std::mem::zeroed() };
+    // SAFETY: `param` is a valid place for the driver to write one
+    // CUexecAffinityParam; the context is current on this thread (bound
+    // just above), which is the context the call reports on.
+    let r = unsafe {
+        sys::cuCtxGetExecAffinity(
+            &mut param,
+            sys::CUexecAffinityType::CU_EXEC_AFFINITY_TYPE_SM_COUNT,
+        )
+    };
+    r.result().ok()?;
+    // SAFETY: for CU_EXEC_AFFINITY_TYPE_SM_COUNT the driver fills the
+    // union's `smCount` member, the only one it has.
+    Some(unsafe { param.param.smCount.val })
 }
 
 /// A range of host memory registered with the driver as pinned (page-locked,
