@@ -144,14 +144,18 @@ overload: build models
 # tmin`), fix, and commit it under fuzz/corpus/<target>/ as a regression.
 # FUZZ_FLAGS: no sanitizer (the fuzzed crates deny unsafe code, so ASan's
 # checks would only slow the search) but debug assertions and overflow
-# checks on. The long run on record is in docs/RELIABILITY.md.
+# checks on. FUZZ_RUNS=N runs each target for N executions instead of
+# FUZZ_SECONDS (`make fuzz FUZZ_RUNS=100000000 FUZZ_TARGETS=model_config`:
+# the long run on record in docs/RELIABILITY.md, which libFuzzer's final
+# "Done N runs" line confirms).
 FUZZ_SECONDS ?= 60
+FUZZ_RUNS ?=
 FUZZ_TARGETS ?= parse_fragment parse_frame reassembler if_manager_command orchestrator_request model_config
 FUZZ_FLAGS ?= --sanitizer none --debug-assertions
 fuzz:
 	for t in $(FUZZ_TARGETS); do mkdir -p build/fuzz-corpus/$$t && \
 	  (cd fuzz && cargo +nightly fuzz run $(FUZZ_FLAGS) $$t ../build/fuzz-corpus/$$t corpus/$$t \
-	    -- -max_total_time=$(FUZZ_SECONDS)) || exit 1; done
+	    -- $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS) -print_final_stats=1,-max_total_time=$(FUZZ_SECONDS))) || exit 1; done
 
 # The input pool's slot buffers and span under Miri, strict provenance,
 # Stacked and Tree Borrows. Needs a nightly toolchain with the miri
