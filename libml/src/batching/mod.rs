@@ -96,7 +96,8 @@
 //! **Tail factor.** The costs above are averages, and a batch can run
 //! slower than its average: on a shared core the engine's thread is
 //! preempted mid-batch (squeezenet's batches beside the if-manager's poll
-//! loop in tests/overload.rs: one in ten ~1.4 times as long). A request
+//! loop in tests/overload.rs; the simulation below models that as one
+//! batch in ten 1.4 times as long). A request
 //! dispatched at the edge of its deadline then misses it whenever its batch
 //! is a slow one, and under overload every batch holds such requests: the
 //! served p99 passes the SLO by the spread of the batch times. So every

@@ -643,9 +643,10 @@ fn overload_sheds_instead_of_collapsing() {
 }
 
 /// Overload on an engine whose batches are not all alike: ±5% noise, and
-/// one batch in ten takes 1.4 times as long (preempted on a shared core;
-/// what squeezenet's batches do on the if-manager's core in
-/// tests/overload.rs). Offered twice the capacity, Poisson. Planning on the
+/// one batch in ten takes 1.4 times as long (preempted on a shared core,
+/// as squeezenet's batches are on the if-manager's core in
+/// tests/overload.rs: a model of that, not a measured distribution).
+/// Offered twice the capacity, Poisson. Planning on the
 /// mean cost alone, every request dispatched at the edge of its deadline
 /// misses it whenever its batch is a slow one: the served requests' p99
 /// was past the SLO. The policy plans deadlines on the measured spread of
