@@ -962,14 +962,10 @@ impl BatchPolicy {
         };
         let changed = side != 0 && matches!(self.prev, Some((_, _, s)) if s == side);
         if changed {
-            // The ratios were against the old costs.
+            // The tail's ratios were against the old costs.
             self.tail_len = 0;
             self.tail_next = 0;
             self.tail_factor = 1.0;
-        } else if let Some(r) = ratio {
-            self.add_tail_ratio(r);
-        }
-        if changed {
             self.stats.regime_changes += 1;
             self.fit = Ewls::default();
             self.samples_in_regime = 0;
@@ -981,6 +977,8 @@ impl BatchPolicy {
                 self.max_seen = pn;
                 self.measured(pn, py);
             }
+        } else if let Some(r) = ratio {
+            self.add_tail_ratio(r);
         }
         self.fit.add(decay, n as f64, exec);
         self.measured(n, exec);
