@@ -1033,8 +1033,16 @@ impl Daemon {
         self.metrics_endpoint.take();
         let ifm_report = self.ifm.take().and_then(|mut ifm| {
             ifm.proc.terminate();
-            ifm.proc.wait_or_kill(Duration::from_secs(10));
-            ifm.proc.report()
+            let exit = ifm.proc.wait_or_kill(Duration::from_secs(10));
+            let report = ifm.proc.report();
+            if report.is_none() {
+                tracing::warn!(
+                    "orchestrator: the if-manager (pid {}) left no final report (exit: {exit:?}): {}",
+                    ifm.proc.pid(),
+                    ifm.proc.tail()
+                );
+            }
+            report
         });
         let _ = std::fs::remove_file(self.runtime_dir.join("state.json"));
         let ifs: Vec<Value> = self

@@ -12,8 +12,11 @@
 //!
 //! Another thread reads its stderr line by line, into a log file and a
 //! short in-memory tail (for error messages). Its stdout's last line is
-//! its final JSON report. Nothing here blocks for long: the daemon's loop
-//! polls [`Proc::is_ready`] and [`Proc::poll_exit`].
+//! its final JSON report: a third thread reads stdout to end-of-file, and
+//! [`Proc::report`] waits for that thread (a moment, once the child has
+//! exited) rather than read a buffer the thread has not filled yet.
+//! Nothing here blocks for long: the daemon's loop polls
+//! [`Proc::is_ready`] and [`Proc::poll_exit`].
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -21,7 +24,7 @@ use std::io::{BufRead, BufReader, PipeReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use kp_os::inherit::ChildFd;
@@ -30,6 +33,14 @@ use serde_json::Value;
 
 /// Stderr lines kept in memory per process.
 const TAIL: usize = 40;
+
+/// How long [`Proc::report`] waits, after the child exited, for its
+/// stdout to reach end-of-file (a grandchild that kept the pipe open
+/// would hold it forever).
+const REPORT_WAIT: Duration = Duration::from_secs(2);
+
+/// A child's whole stdout, once the reader saw end-of-file.
+type Stdout = Arc<(Mutex<Option<String>>, Condvar)>;
 
 /// The pipe a child says it is ready on, made before its command line is
 /// complete: the child is told the write end's number ([`ReadyPipe::args`]).
@@ -68,7 +79,7 @@ pub struct Proc {
     pid: u32,
     ready: Arc<AtomicBool>,
     tail: Arc<Mutex<VecDeque<String>>>,
-    stdout: Arc<Mutex<String>>,
+    stdout: Stdout,
     exit: Option<ExitStatus>,
     started: Instant,
 }
@@ -100,7 +111,7 @@ impl Proc {
         let pid = child.id();
         let flag = Arc::new(AtomicBool::new(false));
         let tail = Arc::new(Mutex::new(VecDeque::with_capacity(TAIL)));
-        let stdout_buf = Arc::new(Mutex::new(String::new()));
+        let stdout_buf: Stdout = Arc::new((Mutex::new(None), Condvar::new()));
         let mut log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -156,7 +167,9 @@ impl Proc {
             std::thread::spawn(move || {
                 let mut s = String::new();
                 let _ = stdout.read_to_string(&mut s);
-                *buf.lock().unwrap_or_else(|p| p.into_inner()) = s;
+                let (text, done) = &*buf;
+                *text.lock().unwrap_or_else(|p| p.into_inner()) = Some(s);
+                done.notify_all();
             });
         }
         Ok(Proc {
@@ -234,11 +247,19 @@ impl Proc {
         self.poll_exit()
     }
 
-    /// Its final report: the last stdout line, once it exited and printed
-    /// one that is JSON.
+    /// Its final report: the last stdout line, once it exited (as of the
+    /// last [`Proc::poll_exit`]) and printed one that is JSON. The child's
+    /// exit is seen before its stdout's reader reaches end-of-file, so
+    /// this waits up to [`REPORT_WAIT`] for the reader.
     pub fn report(&self) -> Option<Value> {
-        let out = self.stdout.lock().unwrap_or_else(|p| p.into_inner());
-        out.lines()
+        self.exit?;
+        let (text, done) = &*self.stdout;
+        let out = text.lock().unwrap_or_else(|p| p.into_inner());
+        let (out, _) = done
+            .wait_timeout_while(out, REPORT_WAIT, |t| t.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        out.as_deref()?
+            .lines()
             .last()
             .and_then(|l| serde_json::from_str(l).ok())
     }
@@ -373,8 +394,8 @@ mod tests {
         let status = p.wait_or_kill(Duration::from_secs(60)).unwrap();
         assert!(status.success(), "{status}: {}", p.tail());
         assert!(!p.is_starting());
-        eventually("its report", || p.report().is_some());
-        assert_eq!(p.report().unwrap()["n"], 1);
+        // No waiting here: the report is there as soon as the exit is.
+        assert_eq!(p.report().expect("its report")["n"], 1);
         eventually("its stderr", || p.tail().contains("x: starting"));
         let log = std::fs::read_to_string(dir.join("sh.log")).unwrap();
         assert!(log.contains("x: starting"));
