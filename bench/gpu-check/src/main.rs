@@ -19,7 +19,11 @@
 //!    `--out/engine/<name>/` for scripts/gpu_check_ort.py to hold against
 //!    the machine's own ONNX Runtime; then the latency per batch size
 //!    (1, 2, 4, ... `--max-batch`; median and p90 of `--reps` runs, input
-//!    copy and output read-back included).
+//!    copy and output read-back included). And the IF's in-place path:
+//!    the same two requests in slots of a pinned pool registered by
+//!    address, gathered on the device (`GpuPlan::run_gathered`), must give
+//!    the same bits; its latency at `--max-batch` against the copied batch
+//!    goes to `engine_in_place.csv`.
 //!
 //! With `--knee` (one point of the knee sweep: scripts/gpu-knee.sh runs
 //! one process per CUDA MPS percentage), 1, then only the latency sweep of
@@ -189,7 +193,15 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
             let descs = stream.clone_htod(&host_descs)?;
             let elems = batch * shape.request_elems() as usize;
             let mut out = stream.alloc_zeros::<f32>(elems)?;
-            kernel.launch(gpu, &region, &host_descs, &descs, shape, &lut, &mut out)?;
+            kernel.launch(
+                gpu,
+                &region,
+                &host_descs,
+                &descs.as_view(),
+                shape,
+                &lut,
+                &mut out.as_view_mut(),
+            )?;
             let got = stream.clone_dtoh(&out)?;
             let mut want = vec![0.0f32; elems];
             let host_lut = gather::rgb_lut(MEAN, STD);
@@ -207,7 +219,15 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
             let bytes = batch * req;
             let gather_ms = median_ms(gpu, args.reps, || {
                 kernel
-                    .launch(gpu, &region, &host_descs, &descs, shape, &lut, &mut out)
+                    .launch(
+                        gpu,
+                        &region,
+                        &host_descs,
+                        &descs.as_view(),
+                        shape,
+                        &lut,
+                        &mut out.as_view_mut(),
+                    )
                     .map_err(anyhow::Error::from)
             })?;
             // The plain copy reads the registered pool itself (pinned, so a
@@ -387,6 +407,11 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
     let csv_path = args.out.join("engine.csv");
     let mut csv = std::fs::File::create(&csv_path)?;
     writeln!(csv, "model,batch,median_ms,p90_ms,images_per_s")?;
+    let mut in_place_csv = std::fs::File::create(args.out.join("engine_in_place.csv"))?;
+    writeln!(
+        in_place_csv,
+        "model,batch,copied_median_ms,gathered_median_ms,same_bits"
+    )?;
     let mut failed = Vec::new();
     for name in &names {
         let t = Instant::now();
@@ -419,7 +444,9 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
             worst = worst.max(diff / scale);
             same_top5 &= top5(g) == top5(w);
         }
-        let ok = worst <= 1e-3 && same_top5 && got.iter().all(|v| v.is_finite());
+        let in_place = in_place(args, &mut gp, &input, &got)?;
+        let ok =
+            worst <= 1e-3 && same_top5 && got.iter().all(|v| v.is_finite()) && in_place.same_bits;
         let keep = args.out.join("engine").join(name);
         std::fs::create_dir_all(&keep)?;
         std::fs::write(keep.join("input_b2.f32"), bytes(&input))?;
@@ -431,6 +458,19 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
             if same_top5 { "same" } else { "DIFFERENT" },
             args.max_batch
         );
+        println!(
+            "{name:20} in place (the IF's path: slots of a pinned pool gathered on the device): {}; batch {}: {:.3} ms gathered vs {:.3} ms copied ({:.2}x)",
+            if in_place.same_bits { "same bits" } else { "DIFFERENT" },
+            in_place.batch,
+            in_place.gathered_ms,
+            in_place.copied_ms,
+            in_place.copied_ms / in_place.gathered_ms
+        );
+        writeln!(
+            in_place_csv,
+            "{name},{},{:.4},{:.4},{}",
+            in_place.batch, in_place.copied_ms, in_place.gathered_ms, in_place.same_bits
+        )?;
         if !ok {
             failed.push(name.clone());
         }
@@ -459,6 +499,93 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
         csv_path.display()
     );
     Ok(())
+}
+
+/// What [`in_place`] found.
+struct InPlace {
+    same_bits: bool,
+    batch: usize,
+    gathered_ms: f64,
+    copied_ms: f64,
+}
+
+/// The IF's in-place path ([`GpuPlan::run_gathered`], what the `cudnn`
+/// engine's `infer_slots` runs): a 2 MiB-aligned pool of `--max-batch`
+/// slots (at least 4) registered by address; the two requests of `input`
+/// put in slots 3 and 1 and gathered from there must give `want` (the
+/// contiguous run of the same input) bit for bit. Then the median of
+/// `--reps` batches of `--max-batch` requests, slots in reverse order,
+/// gathered, against the same batch copied from host memory.
+fn in_place(args: &Args, gp: &mut GpuPlan, input: &[f32], want: &[f32]) -> Result<InPlace> {
+    let pi = gp.plan().input.elems();
+    let po = gp.plan().output.elems();
+    let slots = args.max_batch.max(4);
+    let mut backing = vec![0.0f32; slots * pi + HUGEPAGE / 4];
+    let skip = backing.as_ptr().align_offset(HUGEPAGE);
+    let pool = &mut backing[skip..skip + slots * pi];
+    pool[3 * pi..4 * pi].copy_from_slice(&input[..pi]);
+    pool[pi..2 * pi].copy_from_slice(&input[pi..2 * pi]);
+    for s in (0..slots).filter(|s| *s != 1 && *s != 3) {
+        pool[s * pi..(s + 1) * pi].copy_from_slice(&input[..pi]);
+    }
+    let slot_bytes = (pi * 4) as u64;
+    let shape = GatherShape::F32 {
+        elems: u32::try_from(pi)?,
+    };
+    // `backing` outlives the registration: detached below on every path.
+    gp.attach_pool(
+        pool.as_ptr() as usize,
+        pool.len() * 4,
+        shape,
+        ([0.0; 3], [1.0; 3]),
+    )?;
+    let result = (|| -> Result<InPlace> {
+        let mut got = vec![0.0f32; 2 * po];
+        gp.run_gathered(&[3 * slot_bytes, slot_bytes], &mut got)?;
+        let same_bits = got
+            .iter()
+            .zip(want)
+            .all(|(a, b)| a.to_bits() == b.to_bits());
+        let b = args.max_batch;
+        let offsets: Vec<u64> = (0..b as u64).rev().map(|s| s * slot_bytes).collect();
+        let mut out = vec![0.0f32; b * po];
+        let gathered_ms = median_wall_ms(args.reps, || {
+            gp.run_gathered(&offsets, &mut out)
+                .map_err(anyhow::Error::from)
+        })?;
+        let copied: Vec<f32> = offsets
+            .iter()
+            .flat_map(|o| {
+                let s = (*o / slot_bytes) as usize;
+                pool[s * pi..(s + 1) * pi].iter().copied()
+            })
+            .collect();
+        let copied_ms = median_wall_ms(args.reps, || {
+            gp.run(&copied, b, &mut out).map_err(anyhow::Error::from)
+        })?;
+        Ok(InPlace {
+            same_bits,
+            batch: b,
+            gathered_ms,
+            copied_ms,
+        })
+    })();
+    gp.detach_pool();
+    result
+}
+
+/// The median wall time of `reps` calls of `f` (after one warm-up), ms:
+/// each call waits for the GPU.
+fn median_wall_ms(reps: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let mut ms = Vec::with_capacity(reps.max(1));
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        ms.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    ms.sort_by(f64::total_cmp);
+    Ok(ms[ms.len() / 2])
 }
 
 fn top5(v: &[f32]) -> Vec<usize> {

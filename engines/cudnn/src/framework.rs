@@ -1,12 +1,18 @@
 //! The `cudnn` engine as a libml [`Framework`]: [`GpuPlan`] behind GSLICE's
-//! six callbacks.
+//! six callbacks, and the IF's input pool read in place: the host attaches
+//! the pool ([`Framework::attach_input_pool`]), the engine registers it as
+//! pinned memory, and each batch is one gather launch from the slots the
+//! runtime names ([`Framework::infer_slots`]) into the device input.
 
 use std::path::Path;
 
 use kp_cuda::dnn::Dnn;
+use kp_cuda::gather::GatherShape;
 use kp_cuda::{Gpu, GpuError};
 use kp_plan::{Plan, PlanError};
-use libml::engine::{check_batch, DeviceStats, EngineConfig, EngineError, Framework, ModelInfo};
+use libml::engine::{
+    check_batch, DeviceStats, EngineConfig, EngineError, Framework, ModelInfo, PoolLocation,
+};
 
 use crate::{device_ordinal, open, GpuPlan};
 
@@ -16,6 +22,22 @@ pub struct CudnnEngine {
     /// Opened by `init`, until a model takes it.
     device: Option<(Gpu, Dnn)>,
     model: Option<(GpuPlan, ModelInfo)>,
+    /// The attached input pool.
+    pool: Option<PoolLocation>,
+    /// A batch's byte offsets into the pool, reused.
+    offsets: Vec<u64>,
+}
+
+/// The byte offsets of `slots` in `pool`, into `out`; an error names a
+/// slot the pool does not have.
+fn slot_offsets(pool: &PoolLocation, slots: &[u32], out: &mut Vec<u64>) -> Result<(), EngineError> {
+    out.clear();
+    for &s in slots {
+        out.push(pool.slot_offset(s).ok_or_else(|| {
+            EngineError::Shape(format!("slot {s} of a pool of {} slots", pool.slots))
+        })?);
+    }
+    Ok(())
 }
 
 fn gpu_err(e: GpuError) -> EngineError {
@@ -132,7 +154,61 @@ impl Framework for CudnnEngine {
         m.run(input, batch, output).map_err(gpu_err)
     }
 
+    fn attach_input_pool(&mut self, pool: PoolLocation) -> Result<(), EngineError> {
+        let (m, _) = self
+            .model
+            .as_mut()
+            .ok_or(EngineError::Order("attach a pool before a model"))?;
+        let elems = u32::try_from(pool.slot_elems)
+            .map_err(|_| EngineError::Shape(format!("slots of {} values", pool.slot_elems)))?;
+        // The pool holds each request as the model's input (f32 NCHW):
+        // the gather is a plain copy per request.
+        m.attach_pool(
+            pool.addr,
+            pool.reserved_bytes,
+            GatherShape::F32 { elems },
+            ([0.0; 3], [1.0; 3]),
+        )
+        .map_err(|e| EngineError::Library(format!("registering the input pool: {e}")))?;
+        self.offsets = Vec::with_capacity(m.max_batch().max(1));
+        self.pool = Some(pool);
+        Ok(())
+    }
+
+    fn reads_input_pool(&self) -> bool {
+        self.pool.is_some()
+    }
+
+    fn detach_input_pool(&mut self) {
+        if let Some((m, _)) = self.model.as_mut() {
+            m.detach_pool();
+        }
+        self.pool = None;
+    }
+
+    fn infer_slots(&mut self, slots: &[u32], output: &mut [f32]) -> Result<(), EngineError> {
+        let pool = self
+            .pool
+            .as_ref()
+            .ok_or(EngineError::Order("infer_slots without an input pool"))?;
+        let (m, info) = self
+            .model
+            .as_mut()
+            .ok_or(EngineError::Order("infer before a model"))?;
+        let batch = slots.len();
+        if batch == 0 || batch > m.max_batch() || output.len() != batch * info.output_elems() {
+            return Err(EngineError::Shape(format!(
+                "a batch of {batch} slots (at most {}) with room for {} outputs",
+                m.max_batch(),
+                output.len()
+            )));
+        }
+        slot_offsets(pool, slots, &mut self.offsets)?;
+        m.run_gathered(&self.offsets, output).map_err(gpu_err)
+    }
+
     fn deinit(&mut self) {
+        self.detach_input_pool();
         self.model = None;
         self.device = None;
     }
@@ -152,6 +228,45 @@ impl Framework for CudnnEngine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn slots_become_byte_offsets_and_a_slot_past_the_pool_is_an_error() {
+        let pool = PoolLocation {
+            addr: 0x1000,
+            reserved_bytes: 2 << 20,
+            slots: 4,
+            slot_elems: 3 * 224 * 224,
+        };
+        let mut out = Vec::new();
+        slot_offsets(&pool, &[2, 0, 3], &mut out).unwrap();
+        let b = 3 * 224 * 224 * 4;
+        assert_eq!(out, [2 * b, 0, 3 * b]);
+        let e = slot_offsets(&pool, &[1, 4], &mut out).unwrap_err();
+        assert!(e.to_string().contains("slot 4 of a pool of 4 slots"), "{e}");
+    }
+
+    #[test]
+    fn without_a_pool_or_a_model_the_in_place_path_says_what_is_missing() {
+        let mut e = CudnnEngine::new();
+        assert!(!e.reads_input_pool());
+        let pool = PoolLocation {
+            addr: 0x1000,
+            reserved_bytes: 4096,
+            slots: 1,
+            slot_elems: 3,
+        };
+        assert!(matches!(
+            e.attach_input_pool(pool),
+            Err(EngineError::Order(_))
+        ));
+        assert!(!e.reads_input_pool());
+        let mut out = [0.0f32; 1000];
+        assert!(matches!(
+            e.infer_slots(&[0], &mut out),
+            Err(EngineError::Order(_))
+        ));
+        e.deinit();
+    }
 
     #[test]
     fn without_a_gpu_init_is_a_clear_library_error_and_nothing_panics() {

@@ -43,10 +43,12 @@
 
 use kp_cuda::cudarc::driver::sys::CUevent_flags;
 use kp_cuda::cudarc::driver::CudaEvent;
+use kp_cuda::cudarc::driver::CudaSlice;
 use kp_cuda::dnn::{
     self, Act, ConvOp, ConvSpec, DeviceF32, Dnn, LrnOp, LrnSpec, Nchw, PoolOp, PoolSpec, SoftmaxOp,
 };
-use kp_cuda::{Gpu, GpuError};
+use kp_cuda::gather::{self, GatherDesc, GatherShape};
+use kp_cuda::{GatherKernel, Gpu, GpuError, PinnedRange};
 use kp_plan::{Activation, Op, Plan, PoolKind};
 
 #[cfg(feature = "framework")]
@@ -66,6 +68,7 @@ pub struct GpuPlan {
     plan: Plan,
     params: DeviceF32,
     run: Option<Configured>,
+    pool: Option<PoolInput>,
     stats: GpuStats,
 }
 
@@ -81,6 +84,23 @@ pub struct GpuStats {
     pub last_batch_ns: u64,
     /// Device memory held: parameters, arena, workspace, bytes.
     pub memory_bytes: u64,
+}
+
+/// The pinned input pool a [`GpuPlan`] gathers batches from
+/// ([`GpuPlan::attach_pool`]).
+#[derive(Debug)]
+struct PoolInput {
+    range: PinnedRange,
+    kernel: GatherKernel,
+    shape: GatherShape,
+    /// The normalisation table (`gather::rgb_lut`), 768 values; unused by
+    /// f32 requests.
+    lut: CudaSlice<f32>,
+    /// A batch's descriptors on the device, as long as the largest batch
+    /// yet (grown, never per batch).
+    descs: CudaSlice<GatherDesc>,
+    /// The same on the host, reused.
+    host_descs: Vec<GatherDesc>,
 }
 
 #[derive(Debug)]
@@ -132,6 +152,7 @@ impl GpuPlan {
             plan,
             params,
             run: None,
+            pool: None,
             stats: GpuStats::default(),
         })
     }
@@ -221,34 +242,144 @@ impl GpuPlan {
     /// Runs `batch` inputs (the plan's input shape, back to back) and
     /// writes `batch` outputs; waits for the GPU.
     pub fn run(&mut self, input: &[f32], batch: usize, output: &mut [f32]) -> Result<(), GpuError> {
+        let pi = self.plan.input.elems();
+        if input.len() != batch * pi {
+            return Err(GpuError::Bounds(format!(
+                "a batch of {batch} takes {} input values, got {}",
+                batch * pi,
+                input.len()
+            )));
+        }
+        let i = self.plan.range(&self.plan.input, batch).start;
+        self.run_with(batch, output, |d, arena, _| arena.write(d, i, input))
+    }
+
+    /// Registers `len` bytes of host memory at `addr` (the IF's input
+    /// pool) as pinned memory and compiles the gather kernel, so that
+    /// [`GpuPlan::run_gathered`] reads batches from it on the device.
+    /// `shape` is one request as the pool holds it (its values must be
+    /// the plan's input); `norm` (mean, std) is the normalisation of
+    /// `rgb_u8_hwc` requests.
+    pub fn attach_pool(
+        &mut self,
+        addr: usize,
+        len: usize,
+        shape: GatherShape,
+        norm: ([f32; 3], [f32; 3]),
+    ) -> Result<(), GpuError> {
+        let want = self.plan.input.elems() as u64;
+        if shape.request_elems() != want {
+            return Err(GpuError::Bounds(format!(
+                "pool requests of {} values for a model input of {want}",
+                shape.request_elems()
+            )));
+        }
+        self.pool = None;
+        let range = PinnedRange::register(&self.gpu, addr, len)?;
+        let kernel = GatherKernel::compile(&self.gpu)?;
+        let stream = self.gpu.stream();
+        let dev = |what| move |error| GpuError::Cuda { what, error };
+        let lut = stream
+            .clone_htod(&gather::rgb_lut(norm.0, norm.1))
+            .map_err(dev("uploading the normalisation table"))?;
+        let batch = self.max_batch().max(1);
+        let descs = stream
+            .clone_htod(&vec![GatherDesc::default(); batch])
+            .map_err(dev("allocating the gather descriptors"))?;
+        self.pool = Some(PoolInput {
+            range,
+            kernel,
+            shape,
+            lut,
+            descs,
+            host_descs: Vec::with_capacity(batch),
+        });
+        Ok(())
+    }
+
+    /// Unregisters the pool [`GpuPlan::attach_pool`] registered (nothing
+    /// when there is none).
+    pub fn detach_pool(&mut self) {
+        self.pool = None;
+    }
+
+    /// Whether a pool is attached.
+    pub fn has_pool(&self) -> bool {
+        self.pool.is_some()
+    }
+
+    /// Runs the batch whose requests start at `offsets` (bytes into the
+    /// attached pool, batch order): one gather launch from pinned host
+    /// memory into the arena's input, then the steps; waits for the GPU.
+    pub fn run_gathered(&mut self, offsets: &[u64], output: &mut [f32]) -> Result<(), GpuError> {
+        let batch = offsets.len();
+        let i = self.plan.range(&self.plan.input, batch.max(1));
+        let mut pool = self
+            .pool
+            .take()
+            .ok_or_else(|| GpuError::Bounds("run_gathered without a pool".into()))?;
+        let result = self.run_with(batch, output, |d, arena, gpu| {
+            let p = &mut pool;
+            p.host_descs.clear();
+            p.host_descs
+                .extend(gather::descriptors(offsets.iter().copied()));
+            let stream = d.stream();
+            let dev = |what| move |error| GpuError::Cuda { what, error };
+            if p.descs.len() < batch {
+                p.descs = stream
+                    .clone_htod(&vec![GatherDesc::default(); batch])
+                    .map_err(dev("allocating the gather descriptors"))?;
+            }
+            let mut descs = p.descs.slice_mut(0..batch);
+            stream
+                .memcpy_htod(&p.host_descs, &mut descs)
+                .map_err(dev("copying the gather descriptors"))?;
+            let descs = p.descs.slice(0..batch);
+            let mut input = arena.slice_mut().slice_mut(i.clone());
+            p.kernel.launch(
+                gpu,
+                &p.range,
+                &p.host_descs,
+                &descs,
+                p.shape,
+                &p.lut,
+                &mut input,
+            )
+        });
+        self.pool = Some(pool);
+        result
+    }
+
+    /// One batch: `fill` puts the input into the arena (on the stream),
+    /// then the steps run and the output is read back; timed with events
+    /// from before `fill` to the last step.
+    fn run_with(
+        &mut self,
+        batch: usize,
+        output: &mut [f32],
+        fill: impl FnOnce(&Dnn, &mut DeviceF32, &Gpu) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
         let run = self
             .run
             .as_mut()
             .ok_or_else(|| GpuError::Bounds("run before configure".into()))?;
-        let (pi, po) = (self.plan.input.elems(), self.plan.output.elems());
-        if batch == 0
-            || batch > run.max_batch
-            || input.len() != batch * pi
-            || output.len() != batch * po
-        {
+        let po = self.plan.output.elems();
+        if batch == 0 || batch > run.max_batch || output.len() != batch * po {
             return Err(GpuError::Bounds(format!(
-                "a batch of {batch} (at most {}) takes {} input and {} output values, got {} and {}",
+                "a batch of {batch} (at most {}) gives {} output values, got room for {}",
                 run.max_batch,
-                batch * pi,
                 batch * po,
-                input.len(),
                 output.len()
             )));
         }
         let d = &self.dnn;
-        let i = self.plan.range(&self.plan.input, batch).start;
         let o = self.plan.range(&self.plan.output, batch).start;
         let timing = |what| move |error| GpuError::Cuda { what, error };
         run.events
             .0
             .record(d.stream())
             .map_err(timing("recording an event"))?;
-        run.arena.write(d, i, input)?;
+        fill(d, &mut run.arena, &self.gpu)?;
         run_steps(
             d,
             &self.plan,

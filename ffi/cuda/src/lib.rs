@@ -17,11 +17,14 @@
 //!
 //! - [`gather`]: the descriptors, the kernel source and the CPU reference
 //!   (no GPU needed; `#![deny(unsafe_code)]` in spirit: it has none).
-//! - [`Gpu`], [`PinnedRegion`], [`GatherKernel`]: the device side. Pinned
-//!   registration follows DPDK gpudev's and GSLICE's sequence:
-//!   `cuMemHostRegister` with PORTABLE | DEVICEMAP, then the device pointer
-//!   of the range (`cuMemHostGetDevicePointer`), which the kernel reads
-//!   through; unregistered on drop.
+//! - [`Gpu`], [`PinnedRegion`], [`PinnedRange`], [`GatherKernel`]: the
+//!   device side. Pinned registration follows DPDK gpudev's and GSLICE's
+//!   sequence: `cuMemHostRegister` with PORTABLE | DEVICEMAP, then the
+//!   device pointer of the range (`cuMemHostGetDevicePointer`), which the
+//!   kernel reads through; unregistered on drop. A region borrows the
+//!   memory it registers (and can show it on the host); a range is
+//!   registered by address, for the IF's input pool, whose slots the
+//!   runtime hands out one by one, and the device alone reads it.
 //!
 //! # Limits
 //!
@@ -40,7 +43,8 @@ use std::sync::Arc;
 
 use cudarc::driver::sys;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DeviceRepr,
+    LaunchConfig, PushKernelArg,
 };
 
 use gather::{GatherDesc, GatherError, GatherShape, BLOCK, KERNEL_SOURCE};
@@ -267,36 +271,14 @@ impl<'a> PinnedRegion<'a> {
     /// while registered, the device may read it at any time.
     pub fn register(gpu: &Gpu, mem: &'a mut [u8]) -> Result<PinnedRegion<'a>, GpuError> {
         let (host, len) = (mem.as_mut_ptr(), mem.len());
-        gpu.ctx
-            .bind_to_thread()
-            .map_err(cuda("binding the context"))?;
-        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
-        // SAFETY:
-        // - `host..host + len` is one live allocation borrowed mutably for
-        //   `'a`, which outlives this value, which unregisters it on drop;
-        // - the context is current on this thread (bound just above).
-        let r = unsafe { sys::cuMemHostRegister_v2(host.cast(), len, flags) };
-        r.result().map_err(|error| GpuError::Register {
-            addr: host as usize,
-            len,
-            error,
-        })?;
-        let mut device: sys::CUdeviceptr = 0;
-        // SAFETY: `host` was registered just above with DEVICEMAP, which is
-        // what the call requires; `device` is a valid place to write to;
-        // flags must be 0.
-        let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host.cast(), 0) };
-        let region = PinnedRegion {
+        let device = register_host(gpu, host as usize, len)?;
+        Ok(PinnedRegion {
             host,
             len,
             device,
             ctx: gpu.ctx.clone(),
             _mem: PhantomData,
-        };
-        // On error `region` drops here, which unregisters the range.
-        r.result()
-            .map_err(cuda("finding the device pointer of pinned memory"))?;
-        Ok(region)
+        })
     }
 
     /// Its length, bytes.
@@ -334,6 +316,129 @@ impl Drop for PinnedRegion<'_> {
         // the stream that used it was synchronised (`GatherKernel` launches
         // are followed by a synchronisation before results are read).
         let _ = unsafe { sys::cuMemHostUnregister(self.host.cast()) };
+    }
+}
+
+/// Registers `addr..addr + len` as pinned host memory (PORTABLE |
+/// DEVICEMAP) and returns the address the device reads it at; on error
+/// nothing stays registered.
+fn register_host(gpu: &Gpu, addr: usize, len: usize) -> Result<sys::CUdeviceptr, GpuError> {
+    gpu.ctx
+        .bind_to_thread()
+        .map_err(cuda("binding the context"))?;
+    let host = addr as *mut std::ffi::c_void;
+    let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+    // SAFETY: the call reads no host memory itself: the driver looks the
+    // range up in the process's mappings and pins its pages (a range that
+    // is not mapped is an error, returned below); the context is current
+    // on this thread (bound just above).
+    let r = unsafe { sys::cuMemHostRegister_v2(host, len, flags) };
+    r.result()
+        .map_err(|error| GpuError::Register { addr, len, error })?;
+    let mut device: sys::CUdeviceptr = 0;
+    // SAFETY: `host` was registered just above with DEVICEMAP, which is
+    // what the call requires; `device` is a valid place to write to;
+    // flags must be 0.
+    let r = unsafe { sys::cuMemHostGetDevicePointer_v2(&mut device, host, 0) };
+    if let Err(e) = r.result() {
+        // SAFETY: `host` is the start of the range registered above.
+        let _ = unsafe { sys::cuMemHostUnregister(host) };
+        return Err(cuda("finding the device pointer of pinned memory")(e));
+    }
+    Ok(device)
+}
+
+/// Host memory registered with the driver by address, for memory this
+/// crate cannot borrow: the IF's input pool, whose slots the runtime hands
+/// to its threads one by one. Unlike [`PinnedRegion`] it offers no host
+/// view: nothing reads it on the host through this value. The device only
+/// reads it (the gather writes device memory alone), so whatever becomes of
+/// the range, no host memory is touched through it; the owner keeps it
+/// mapped, and its bytes unwritten where a batch reads, while launches read
+/// it (libml's `Framework::attach_input_pool` contract). Unregistered on
+/// drop.
+#[derive(Debug)]
+pub struct PinnedRange {
+    addr: usize,
+    len: usize,
+    device: sys::CUdeviceptr,
+    ctx: Arc<CudaContext>,
+}
+
+impl PinnedRange {
+    /// Registers `addr..addr + len` with PORTABLE | DEVICEMAP and finds
+    /// its device pointer; an error (e.g. a range that is not mapped, or
+    /// already registered) says which range.
+    pub fn register(gpu: &Gpu, addr: usize, len: usize) -> Result<PinnedRange, GpuError> {
+        let device = register_host(gpu, addr, len)?;
+        Ok(PinnedRange {
+            addr,
+            len,
+            device,
+            ctx: gpu.ctx.clone(),
+        })
+    }
+
+    /// Its length, bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Its host address.
+    pub fn addr(&self) -> usize {
+        self.addr
+    }
+
+    /// The address the device reads it at.
+    pub fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.device
+    }
+}
+
+impl Drop for PinnedRange {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind_to_thread();
+        // SAFETY: `addr` is the start of a range this value registered and
+        // has not unregistered; launches that read it were synchronised
+        // before their results were read, which is before this value can
+        // be dropped by its owner.
+        let _ = unsafe { sys::cuMemHostUnregister(self.addr as *mut std::ffi::c_void) };
+    }
+}
+
+/// Pinned host memory the gather reads: a [`PinnedRegion`] or a
+/// [`PinnedRange`].
+pub trait PinnedHost {
+    /// The address the device reads it at.
+    fn device_ptr(&self) -> sys::CUdeviceptr;
+    /// Its length, bytes.
+    fn len(&self) -> usize;
+    /// Whether it is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl PinnedHost for PinnedRegion<'_> {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.device
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl PinnedHost for PinnedRange {
+    fn device_ptr(&self) -> sys::CUdeviceptr {
+        self.device
+    }
+    fn len(&self) -> usize {
+        self.len
     }
 }
 
@@ -376,12 +481,12 @@ impl GatherKernel {
     pub fn launch(
         &self,
         gpu: &Gpu,
-        pool: &PinnedRegion<'_>,
+        pool: &dyn PinnedHost,
         host_descs: &[GatherDesc],
-        descs: &CudaSlice<GatherDesc>,
+        descs: &CudaView<'_, GatherDesc>,
         shape: GatherShape,
         lut: &CudaSlice<f32>,
-        out: &mut CudaSlice<f32>,
+        out: &mut CudaViewMut<'_, f32>,
     ) -> Result<(), GpuError> {
         gather::validate(host_descs, shape, pool.len() as u64, out.len(), lut.len())?;
         if descs.len() != host_descs.len() {

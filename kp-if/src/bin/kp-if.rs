@@ -305,6 +305,48 @@ fn attach_and_serve(
         layout.slot_elems(),
         eal.socket_id(),
     )?;
+    // An engine that reads requests in place (a GPU engine: the pool
+    // registered as pinned memory, each batch gathered on the device)
+    // takes the pool now, before anyone is told this IF is ready; every
+    // path out of here below gives it back before the pool goes.
+    engine
+        .attach_input_pool(pool.location())
+        .context("attaching the input pool to the engine")?;
+    let served = serve_on(
+        args,
+        model,
+        layout,
+        max_batch,
+        output_elems,
+        engine,
+        &mut pool,
+        control,
+        &ring_name,
+        ring,
+        answerer,
+        eal,
+    );
+    engine.detach_input_pool();
+    served
+}
+
+/// The IF's life on its ring, from the reassembler to its final report,
+/// with `pool` attached to `engine`.
+#[allow(clippy::too_many_arguments)]
+fn serve_on(
+    args: &Args,
+    model: &ModelConfig,
+    layout: &InputLayout,
+    max_batch: usize,
+    output_elems: usize,
+    engine: &mut dyn libml::engine::Framework,
+    pool: &mut InputPool,
+    control: Option<ControlClient>,
+    ring_name: &str,
+    ring: Ring,
+    answerer: Answerer,
+    eal: &Eal,
+) -> Result<serde_json::Value> {
     let mut rcfg = ReassemblerConfig::new(model.request_bytes());
     rcfg.capacity = args.capacity;
     rcfg.timeout_ns = args.reassembly_timeout_ms * 1_000_000;
@@ -458,7 +500,7 @@ fn attach_and_serve(
             &succession,
             &answerer,
             layout,
-            &mut pool,
+            pool,
             &mut reassembler,
             &mut policy,
             engine,

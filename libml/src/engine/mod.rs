@@ -22,6 +22,18 @@
 //!   either slice after it returns.
 //! - `deinit` is called once, last (also after an error); it must not fail.
 //!
+//! An engine may instead read each request where it lies, in the IF's input
+//! pool (GSLICE's scatter-gather: a GPU engine registers the pool as pinned
+//! memory and gathers a batch from its slots on the device, with no copy on
+//! the host). The host calls [`Framework::attach_input_pool`] once, after
+//! `configure_batch`, with the pool's [`PoolLocation`]; an engine that took
+//! it says so in [`Framework::reads_input_pool`], and from then on the
+//! runtime calls [`Framework::infer_slots`] with the slot numbers of each
+//! batch, in batch order, instead of `infer_batch`. The host calls
+//! [`Framework::detach_input_pool`] before the pool's memory goes. Engines
+//! that read no pool (the CPU engines) keep the defaults: nothing to
+//! attach, and `infer_batch` as above.
+//!
 //! The engines themselves live above libml, one crate each under
 //! `engines/` (ONNX Runtime, tract, the C ABI adapter), so that nothing that
 //! only needs the runtime (the if-manager, the orchestrator) builds an
@@ -91,6 +103,44 @@ pub enum EngineError {
     Run(String),
 }
 
+/// Where the IF's input pool lies: plain numbers, read by nothing here.
+/// An engine that reads requests in place registers this range with its
+/// device ([`Framework::attach_input_pool`]) and addresses slot `s` at
+/// byte [`PoolLocation::slot_offset`]`(s)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolLocation {
+    /// Address of slot 0.
+    pub addr: usize,
+    /// Bytes of memory under the pool from `addr` (whole pages for a
+    /// hugepage pool: what a registration covers).
+    pub reserved_bytes: usize,
+    /// Slots.
+    pub slots: usize,
+    /// `f32` values per slot (a request's input, little-endian, NCHW: the
+    /// layout `infer_batch` gets one request of).
+    pub slot_elems: usize,
+}
+
+impl PoolLocation {
+    /// Bytes per slot.
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_elems * 4
+    }
+
+    /// Bytes of the slots themselves (at most
+    /// [`PoolLocation::reserved_bytes`]).
+    pub fn bytes(&self) -> usize {
+        self.slots * self.slot_bytes()
+    }
+
+    /// Bytes from `addr` to slot `slot`, or `None` for a slot the pool
+    /// does not have.
+    pub fn slot_offset(&self, slot: u32) -> Option<u64> {
+        let slot = slot as usize;
+        (slot < self.slots).then(|| (slot * self.slot_bytes()) as u64)
+    }
+}
+
 /// An inference engine, as the six callbacks of GSLICE's interface.
 pub trait Framework: Send {
     /// A short name for logs and telemetry (e.g. "onnxruntime").
@@ -119,6 +169,40 @@ pub trait Framework: Send {
     /// default).
     fn device_stats(&self) -> Option<DeviceStats> {
         None
+    }
+    /// Takes the IF's input pool, to read requests where they lie (module
+    /// docs). An error means the engine wanted the pool and could not have
+    /// it (a GPU that refuses to register it): the IF must not start. The
+    /// default takes nothing.
+    ///
+    /// The host keeps the pool's memory until it has called
+    /// [`Framework::detach_input_pool`] (or [`Framework::deinit`]), and
+    /// names in [`Framework::infer_slots`] only slots that hold a complete
+    /// request nothing writes until the call returns (what
+    /// [`crate::runtime::serve`] does). The engine only *reads* the pool,
+    /// and a device reads it only inside `infer_slots`.
+    fn attach_input_pool(&mut self, pool: PoolLocation) -> Result<(), EngineError> {
+        let _ = pool;
+        Ok(())
+    }
+    /// Whether the engine took the input pool: the runtime then calls
+    /// [`Framework::infer_slots`], not [`Framework::infer_batch`].
+    fn reads_input_pool(&self) -> bool {
+        false
+    }
+    /// Gives the input pool back (registrations undone); the pool's memory
+    /// may go after this. Called at most once, after the last batch.
+    fn detach_input_pool(&mut self) {}
+    /// Runs the batch whose requests are in the attached pool's `slots`
+    /// (batch order) and writes `slots.len() * output_elems` values, as
+    /// `infer_batch` does. Only called when
+    /// [`Framework::reads_input_pool`] is true.
+    fn infer_slots(&mut self, slots: &[u32], output: &mut [f32]) -> Result<(), EngineError> {
+        let _ = (slots, output);
+        Err(EngineError::Run(format!(
+            "{} reads no input pool: the runtime must call infer_batch",
+            self.name()
+        )))
     }
 }
 

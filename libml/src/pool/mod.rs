@@ -180,6 +180,17 @@ impl InputPool {
         self.memory.as_slice().as_ptr()
     }
 
+    /// Where the pool lies, for an engine that reads requests in place
+    /// ([`crate::engine::Framework::attach_input_pool`]).
+    pub fn location(&self) -> crate::engine::PoolLocation {
+        crate::engine::PoolLocation {
+            addr: self.as_ptr() as usize,
+            reserved_bytes: self.reserved_bytes(),
+            slots: self.capacity,
+            slot_elems: self.slot_elems,
+        }
+    }
+
     /// IO-virtual address of slot 0 as DPDK reports it (memzone pools
     /// only). The pool is IOVA-contiguous only where the EAL runs with IOVA
     /// as VA (or its pages happen to be physically contiguous); the GPU

@@ -397,3 +397,19 @@ fn a_buffer_of_another_pool_does_not_join() {
     assert!(span_a.join([&bufs_b[0], &bufs_b[1]]).is_none());
     assert!(span_a.join([&bufs_a[0], &bufs_b[1]]).is_none());
 }
+
+#[test]
+fn the_location_an_engine_registers_is_the_pools_memory_slot_by_slot() {
+    let mut pool = InputPool::on_heap(5, 12);
+    let loc = pool.location();
+    assert_eq!(loc.addr, pool.as_ptr() as usize);
+    assert_eq!((loc.slots, loc.slot_elems, loc.slot_bytes()), (5, 12, 48));
+    assert_eq!(loc.bytes(), pool.bytes());
+    assert!(loc.reserved_bytes >= loc.bytes());
+    pool.slot_mut(3)[0] = 7.5;
+    // Slot 3's first value lies at the offset the engine is told.
+    let at = loc.slot_offset(3).unwrap() as usize;
+    assert_eq!(pool.slot(3).as_ptr() as usize, loc.addr + at);
+    assert_eq!(loc.slot_offset(4), Some(4 * 48));
+    assert_eq!(loc.slot_offset(5), None);
+}

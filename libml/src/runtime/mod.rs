@@ -180,6 +180,8 @@ struct DriverCounters {
     engine_errors: u64,
     gathered_batches: u64,
     contiguous_batches: u64,
+    /// Batches the engine read from the pool itself (`infer_slots`).
+    in_place_batches: u64,
 }
 
 /// Runs the IF until `stop` is set (or it is idle, with `exit_when_idle`),
@@ -341,6 +343,7 @@ pub fn serve(
             "engine_errors": inf.engine_errors,
             "contiguous_batches": inf.contiguous_batches,
             "gathered_batches": inf.gathered_batches,
+            "in_place_batches": inf.in_place_batches,
             "under_provisioning_reports": inf.under_reports,
             "over_provisioning_reports": inf.over_reports,
         },
@@ -786,6 +789,9 @@ fn inference_loop<'p>(
     // Reused for every batch: nothing is allocated per batch.
     let mut batch: Vec<Ready<'p>> = Vec::with_capacity(cfg.max_batch.max(1));
     let mut gather: Vec<f32> = Vec::new();
+    // An engine that reads the pool itself gets slot numbers, not values.
+    let in_place = engine.reads_input_pool();
+    let mut slot_ids: Vec<u32> = Vec::with_capacity(cfg.max_batch.max(1));
     let mut output = vec![0f32; cfg.max_batch * cfg.output_elems];
     let k = cfg.top_k.min(cfg.output_elems).min(MAX_TOP_K);
     let mut best = [(0u32, 0f32); MAX_TOP_K];
@@ -844,7 +850,14 @@ fn inference_loop<'p>(
         batch.clear();
         batch.extend(queue.drain(..n));
         let started = now_ns();
-        let result = {
+        let result = if in_place {
+            counters.in_place_batches += 1;
+            slot_ids.clear();
+            // The batch's buffers are held (in `batch`) until its answers
+            // are out: nothing writes those slots while the engine reads.
+            slot_ids.extend(batch.iter().map(|r| r.buf.index() as u32));
+            engine.infer_slots(&slot_ids, &mut output[..n * cfg.output_elems])
+        } else {
             match span.join(batch.iter().map(|r| &r.buf)) {
                 Some(input) => {
                     counters.contiguous_batches += 1;
