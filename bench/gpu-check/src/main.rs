@@ -22,8 +22,10 @@
 //!    copy and output read-back included). And the IF's in-place path:
 //!    the same two requests in slots of a pinned pool registered by
 //!    address, gathered on the device (`GpuPlan::run_gathered`), must give
-//!    the same bits; its latency at `--max-batch` against the copied batch
-//!    goes to `engine_in_place.csv`.
+//!    the same bits (for image models also from a pool of raw RGB bytes,
+//!    normalised by the gather, against the CPU reference's normalisation);
+//!    its latency at `--max-batch` against the copied batch goes to
+//!    `engine_in_place.csv`.
 //!
 //! With `--knee` (one point of the knee sweep: scripts/gpu-knee.sh runs
 //! one process per CUDA MPS percentage), 1, then only the latency sweep of
@@ -571,7 +573,50 @@ fn in_place(args: &Args, gp: &mut GpuPlan, input: &[f32], want: &[f32]) -> Resul
         })
     })();
     gp.detach_pool();
-    result
+    let mut result = result?;
+    if let &[3, h, w] = gp.plan().input.shape.as_slice() {
+        result.same_bits &= raw_images(gp, h, w)?;
+    }
+    Ok(result)
+}
+
+/// A GPU IF's pool of an image model holds the raw bytes and the gather
+/// normalises them: two random images in slots 2 and 0 of a u8 pool,
+/// gathered, must give the bits of the CPU reference's normalisation of
+/// the same bytes run contiguously.
+fn raw_images(gp: &mut GpuPlan, h: usize, w: usize) -> Result<bool> {
+    let req = h * w * 3;
+    let po = gp.plan().output.elems();
+    let mut backing = vec![0u8; 3 * req + HUGEPAGE];
+    let skip = backing.as_ptr().align_offset(HUGEPAGE);
+    let pool = &mut backing[skip..skip + 3 * req];
+    let mut rng = 0x853c_49e6_748f_ea9b_u64;
+    for b in pool.iter_mut() {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        *b = rng as u8;
+    }
+    let shape = GatherShape::RgbU8Hwc {
+        height: u32::try_from(h)?,
+        width: u32::try_from(w)?,
+    };
+    let offsets = [2 * req as u64, 0];
+    let mut input = vec![0.0f32; 2 * req];
+    let descs = gather::descriptors(offsets);
+    gather::gather_cpu(pool, &descs, shape, &gather::rgb_lut(MEAN, STD), &mut input)?;
+    let mut want = vec![0.0f32; 2 * po];
+    gp.run(&input, 2, &mut want)?;
+    // `backing` outlives the registration: detached below on every path.
+    gp.attach_pool(pool.as_ptr() as usize, pool.len(), shape, (MEAN, STD))?;
+    let mut got = vec![0.0f32; 2 * po];
+    let result = gp.run_gathered(&offsets, &mut got);
+    gp.detach_pool();
+    result?;
+    Ok(got
+        .iter()
+        .zip(&want)
+        .all(|(a, b)| a.to_bits() == b.to_bits()))
 }
 
 /// The median wall time of `reps` calls of `f` (after one warm-up), ms:

@@ -12,6 +12,7 @@ use kp_cuda::{Gpu, GpuError};
 use kp_plan::{Plan, PlanError};
 use libml::engine::{
     check_batch, DeviceStats, EngineConfig, EngineError, Framework, ModelInfo, PoolLocation,
+    SlotContent,
 };
 
 use crate::{device_ordinal, open, GpuPlan};
@@ -26,6 +27,38 @@ pub struct CudnnEngine {
     pool: Option<PoolLocation>,
     /// A batch's byte offsets into the pool, reused.
     offsets: Vec<u64>,
+}
+
+/// Per-channel mean and standard deviation of raw images.
+type Normalisation = ([f32; 3], [f32; 3]);
+
+/// The gather of one request of `pool` (and the normalisation of raw
+/// images); an error for a slot too small for what it says it holds.
+fn gather_shape(pool: &PoolLocation) -> Result<(GatherShape, Normalisation), EngineError> {
+    let too_big = || EngineError::Shape(format!("slot content {:?}", pool.content));
+    let (shape, norm) = match pool.content {
+        SlotContent::F32 { elems } => (
+            GatherShape::F32 {
+                elems: u32::try_from(elems).map_err(|_| too_big())?,
+            },
+            ([0.0; 3], [1.0; 3]),
+        ),
+        SlotContent::RgbU8Hwc { h, w, mean, std } => (
+            GatherShape::RgbU8Hwc {
+                height: u32::try_from(h).map_err(|_| too_big())?,
+                width: u32::try_from(w).map_err(|_| too_big())?,
+            },
+            (mean, std),
+        ),
+    };
+    if shape.request_bytes() > pool.slot_bytes as u64 {
+        return Err(EngineError::Shape(format!(
+            "a request of {} bytes in slots of {}",
+            shape.request_bytes(),
+            pool.slot_bytes
+        )));
+    }
+    Ok((shape, norm))
 }
 
 /// The byte offsets of `slots` in `pool`, into `out`; an error names a
@@ -159,20 +192,18 @@ impl Framework for CudnnEngine {
             .model
             .as_mut()
             .ok_or(EngineError::Order("attach a pool before a model"))?;
-        let elems = u32::try_from(pool.slot_elems)
-            .map_err(|_| EngineError::Shape(format!("slots of {} values", pool.slot_elems)))?;
-        // The pool holds each request as the model's input (f32 NCHW):
-        // the gather is a plain copy per request.
-        m.attach_pool(
-            pool.addr,
-            pool.reserved_bytes,
-            GatherShape::F32 { elems },
-            ([0.0; 3], [1.0; 3]),
-        )
-        .map_err(|e| EngineError::Library(format!("registering the input pool: {e}")))?;
+        let (shape, norm) = gather_shape(&pool)?;
+        m.attach_pool(pool.addr, pool.reserved_bytes, shape, norm)
+            .map_err(|e| EngineError::Library(format!("registering the input pool: {e}")))?;
         self.offsets = Vec::with_capacity(m.max_batch().max(1));
         self.pool = Some(pool);
         Ok(())
+    }
+
+    fn normalises_images(&self) -> bool {
+        // The gather kernel normalises raw RGB bytes through the same table
+        // libml's CPU path uses.
+        true
     }
 
     fn reads_input_pool(&self) -> bool {
@@ -235,7 +266,10 @@ mod tests {
             addr: 0x1000,
             reserved_bytes: 2 << 20,
             slots: 4,
-            slot_elems: 3 * 224 * 224,
+            slot_bytes: 3 * 224 * 224 * 4,
+            content: SlotContent::F32 {
+                elems: 3 * 224 * 224,
+            },
         };
         let mut out = Vec::new();
         slot_offsets(&pool, &[2, 0, 3], &mut out).unwrap();
@@ -246,6 +280,45 @@ mod tests {
     }
 
     #[test]
+    fn raw_images_are_gathered_and_normalised_and_must_fit_their_slots() {
+        let mut pool = PoolLocation {
+            addr: 0x1000,
+            reserved_bytes: 2 << 20,
+            slots: 4,
+            slot_bytes: 224 * 224 * 3,
+            content: SlotContent::RgbU8Hwc {
+                h: 224,
+                w: 224,
+                mean: [0.5, 0.4, 0.3],
+                std: [0.2, 0.25, 0.3],
+            },
+        };
+        let (shape, norm) = gather_shape(&pool).unwrap();
+        assert_eq!(
+            shape,
+            GatherShape::RgbU8Hwc {
+                height: 224,
+                width: 224
+            }
+        );
+        assert_eq!(norm, ([0.5, 0.4, 0.3], [0.2, 0.25, 0.3]));
+        pool.slot_bytes -= 1;
+        let e = gather_shape(&pool).unwrap_err();
+        assert!(
+            e.to_string().contains("150528 bytes in slots of 150527"),
+            "{e}"
+        );
+        pool.content = SlotContent::F32 { elems: 100 };
+        pool.slot_bytes = 399;
+        assert!(gather_shape(&pool).is_err());
+        pool.slot_bytes = 400;
+        assert_eq!(
+            gather_shape(&pool).unwrap().0,
+            GatherShape::F32 { elems: 100 }
+        );
+    }
+
+    #[test]
     fn without_a_pool_or_a_model_the_in_place_path_says_what_is_missing() {
         let mut e = CudnnEngine::new();
         assert!(!e.reads_input_pool());
@@ -253,7 +326,8 @@ mod tests {
             addr: 0x1000,
             reserved_bytes: 4096,
             slots: 1,
-            slot_elems: 3,
+            slot_bytes: 12,
+            content: SlotContent::F32 { elems: 3 },
         };
         assert!(matches!(
             e.attach_input_pool(pool),

@@ -233,15 +233,22 @@ fn run(mut args: Args) -> Result<()> {
         intra_op_threads: model.intra_op_threads.max(1),
     })?;
     let info = engine.load_model(&model.model_path)?;
-    if info.input_elems() != layout.slot_elems() {
+    if info.input_elems() != layout.input_elems() {
         bail!(
             "model input {:?} has {} values, the configured input {:?} has {}",
             info.input_shape,
             info.input_elems(),
             model.input.shape,
-            layout.slot_elems()
+            layout.input_elems()
         );
     }
+    // An engine that normalises images on its device (the GPU gather) gets
+    // them as they came: the fragment thread only copies bytes.
+    let layout = if engine.normalises_images() {
+        layout.raw_images()
+    } else {
+        layout
+    };
     let max_batch = args.max_batch.clamp(1, args.capacity);
     engine.configure_batch(max_batch)?;
 
@@ -309,8 +316,11 @@ fn attach_and_serve(
     // registered as pinned memory, each batch gathered on the device)
     // takes the pool now, before anyone is told this IF is ready; every
     // path out of here below gives it back before the pool goes.
+    let location = pool
+        .location(layout)
+        .context("the input pool does not fit the input layout")?;
     engine
-        .attach_input_pool(pool.location())
+        .attach_input_pool(location)
         .context("attaching the input pool to the engine")?;
     let served = serve_on(
         args,

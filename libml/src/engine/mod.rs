@@ -44,6 +44,7 @@ use std::path::Path;
 
 use thiserror::Error;
 
+pub use crate::pool::SlotContent;
 pub use kp_schema::telemetry::DeviceStats;
 
 /// What the engine needs to know before it loads anything.
@@ -103,11 +104,11 @@ pub enum EngineError {
     Run(String),
 }
 
-/// Where the IF's input pool lies: plain numbers, read by nothing here.
-/// An engine that reads requests in place registers this range with its
-/// device ([`Framework::attach_input_pool`]) and addresses slot `s` at
-/// byte [`PoolLocation::slot_offset`]`(s)`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where the IF's input pool lies and what its slots hold: plain numbers,
+/// read by nothing here. An engine that reads requests in place registers
+/// this range with its device ([`Framework::attach_input_pool`]) and finds
+/// slot `s` at byte [`PoolLocation::slot_offset`]`(s)`.
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct PoolLocation {
     /// Address of slot 0.
     pub addr: usize,
@@ -116,28 +117,25 @@ pub struct PoolLocation {
     pub reserved_bytes: usize,
     /// Slots.
     pub slots: usize,
-    /// `f32` values per slot (a request's input, little-endian, NCHW: the
-    /// layout `infer_batch` gets one request of).
-    pub slot_elems: usize,
+    /// Bytes from one slot to the next.
+    pub slot_bytes: usize,
+    /// What each slot holds: the model's input as `f32` values, or an
+    /// image's raw bytes for the engine to normalise.
+    pub content: SlotContent,
 }
 
 impl PoolLocation {
-    /// Bytes per slot.
-    pub fn slot_bytes(&self) -> usize {
-        self.slot_elems * 4
-    }
-
     /// Bytes of the slots themselves (at most
     /// [`PoolLocation::reserved_bytes`]).
     pub fn bytes(&self) -> usize {
-        self.slots * self.slot_bytes()
+        self.slots * self.slot_bytes
     }
 
     /// Bytes from `addr` to slot `slot`, or `None` for a slot the pool
     /// does not have.
     pub fn slot_offset(&self, slot: u32) -> Option<u64> {
         let slot = slot as usize;
-        (slot < self.slots).then(|| (slot * self.slot_bytes()) as u64)
+        (slot < self.slots).then(|| (slot * self.slot_bytes) as u64)
     }
 }
 
@@ -184,6 +182,14 @@ pub trait Framework: Send {
     fn attach_input_pool(&mut self, pool: PoolLocation) -> Result<(), EngineError> {
         let _ = pool;
         Ok(())
+    }
+    /// Whether the engine normalises `rgb_u8_hwc` images itself, from the
+    /// raw bytes in the pool ([`SlotContent::RgbU8Hwc`]): a host then keeps
+    /// the bytes as they came (`InputLayout::raw_images`) and the fragment
+    /// thread only copies them. Only for an engine that reads the pool in
+    /// place; the default is no.
+    fn normalises_images(&self) -> bool {
+        false
     }
     /// Whether the engine took the input pool: the runtime then calls
     /// [`Framework::infer_slots`], not [`Framework::infer_batch`].

@@ -24,6 +24,16 @@
 //! - [`InputLayout::F32Nchw`]: the request already is the model's input, `f32`
 //!   NCHW (N = 1), each value as 4 little-endian bytes, copied bit for bit
 //!   (NaN payloads included).
+//! - [`InputLayout::RgbU8HwcRaw`]: the same images as `RgbU8Hwc`, kept in
+//!   the slot as the bytes that came (`slot_elems` 4-byte words, the
+//!   request's byte `i` at the slot's byte `i`, copied as the `f32` path
+//!   copies, which on a little-endian host is byte order): for an engine
+//!   that normalises on its device (the GPU gather reads the bytes from
+//!   the pinned pool and applies the same table). The fragment thread then
+//!   copies bytes only, a quarter of the bytes it writes for
+//!   `RgbU8Hwc`. No CPU engine can take such a slot (its values are not
+//!   the model's input): a host picks this layout only for an engine that
+//!   says it normalises images itself (`Framework::normalises_images`).
 //!
 //! # Fragments
 //!
@@ -55,6 +65,13 @@ use std::fmt;
 
 use super::PoolError;
 
+// The raw layout and the f32 copy rely on a little-endian host: a word's
+// bytes in memory are the request's bytes in wire order.
+const _: () = assert!(
+    cfg!(target_endian = "little"),
+    "the input pool's byte layout assumes a little-endian host"
+);
+
 /// ImageNet's per-channel mean (R, G, B), the default image models'.
 pub const IMAGENET_MEAN: [f32; 3] = [0.485, 0.456, 0.406];
 /// ImageNet's per-channel standard deviation (R, G, B).
@@ -71,6 +88,32 @@ pub enum InputLayout {
     RgbU8Hwc(RgbU8Hwc),
     /// `C×H×W` little-endian `f32` NCHW on the wire, copied as is.
     F32Nchw(F32Nchw),
+    /// `H×W×3` RGB `u8` HWC on the wire, the same bytes in the slot (for
+    /// an engine that normalises on its device; module docs).
+    RgbU8HwcRaw(RgbU8Hwc),
+}
+
+/// What a slot holds, as an engine that reads the pool in place needs to
+/// know it ([`crate::engine::PoolLocation`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum SlotContent {
+    /// The model's input, `elems` `f32` values NCHW.
+    F32 {
+        /// Values.
+        elems: usize,
+    },
+    /// An `h×w×3` RGB `u8` HWC image as it came, to be normalised with
+    /// `(b / 255 − mean[c]) / std[c]`.
+    RgbU8Hwc {
+        /// Rows.
+        h: usize,
+        /// Columns.
+        w: usize,
+        /// Per-channel mean.
+        mean: [f32; 3],
+        /// Per-channel standard deviation.
+        std: [f32; 3],
+    },
 }
 
 /// The [`InputLayout::RgbU8Hwc`] format: shape, normalisation and its
@@ -104,6 +147,31 @@ impl InputLayout {
             }
             InputFormat::RgbU8Hwc { .. } => Err(PoolError::NotRgb(c)),
             InputFormat::F32Nchw => InputLayout::f32_nchw(c, h, w),
+        }
+    }
+
+    /// This layout for an engine that normalises images on its device:
+    /// an `RgbU8Hwc` layout becomes [`InputLayout::RgbU8HwcRaw`] (same
+    /// image, same normalisation, raw bytes in the slot); others stay.
+    pub fn raw_images(self) -> InputLayout {
+        match self {
+            InputLayout::RgbU8Hwc(l) => InputLayout::RgbU8HwcRaw(l),
+            other => other,
+        }
+    }
+
+    /// What a slot holds, for an engine that reads the pool in place.
+    pub fn slot_content(&self) -> SlotContent {
+        match self {
+            InputLayout::RgbU8HwcRaw(l) => SlotContent::RgbU8Hwc {
+                h: l.h,
+                w: l.w,
+                mean: l.mean,
+                std: l.std,
+            },
+            _ => SlotContent::F32 {
+                elems: self.input_elems(),
+            },
         }
     }
 
@@ -157,23 +225,33 @@ impl InputLayout {
     /// with N = 1).
     pub fn chw(&self) -> [usize; 3] {
         match self {
-            InputLayout::RgbU8Hwc(l) => [3, l.h, l.w],
+            InputLayout::RgbU8Hwc(l) | InputLayout::RgbU8HwcRaw(l) => [3, l.h, l.w],
             InputLayout::F32Nchw(l) => [l.c, l.h, l.w],
         }
+    }
+
+    /// Values of the model's input per request: `C·H·W`.
+    pub fn input_elems(&self) -> usize {
+        let [c, h, w] = self.chw();
+        c * h * w
     }
 
     /// Bytes of one request on the wire (the reassembler's `input_len`).
     pub fn request_bytes(&self) -> usize {
         match self {
-            InputLayout::RgbU8Hwc(_) => self.slot_elems(),
-            InputLayout::F32Nchw(_) => self.slot_elems() * 4,
+            InputLayout::RgbU8Hwc(_) | InputLayout::RgbU8HwcRaw(_) => self.input_elems(),
+            InputLayout::F32Nchw(_) => self.input_elems() * 4,
         }
     }
 
-    /// `f32` values per slot: `C·H·W`.
+    /// 4-byte words per slot: `C·H·W` values, or for
+    /// [`InputLayout::RgbU8HwcRaw`] the request's bytes rounded up to
+    /// whole words.
     pub fn slot_elems(&self) -> usize {
-        let [c, h, w] = self.chw();
-        c * h * w
+        match self {
+            InputLayout::RgbU8HwcRaw(_) => self.request_bytes().div_ceil(4),
+            _ => self.input_elems(),
+        }
     }
 
     /// Converts bytes `[offset, offset + payload.len())` of a request into
@@ -205,7 +283,11 @@ impl InputLayout {
         );
         match self {
             InputLayout::RgbU8Hwc(l) => l.write(payload, offset, slot),
-            InputLayout::F32Nchw(_) => write_f32_le(payload, offset, slot),
+            // The raw bytes land where the f32 path puts them: byte `i` of
+            // the request at byte `i` of the slot (little-endian words).
+            InputLayout::F32Nchw(_) | InputLayout::RgbU8HwcRaw(_) => {
+                write_f32_le(payload, offset, slot)
+            }
         }
     }
 }

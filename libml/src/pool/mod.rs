@@ -49,7 +49,7 @@ use std::fmt;
 
 use dpdk::{DpdkError, SocketId};
 
-pub use layout::{F32Nchw, InputLayout, RgbU8Hwc, IMAGENET_MEAN, IMAGENET_STD};
+pub use layout::{F32Nchw, InputLayout, RgbU8Hwc, SlotContent, IMAGENET_MEAN, IMAGENET_STD};
 use memory::PoolMemory;
 pub use memory::{PoolSpan, SlotBuf};
 
@@ -180,15 +180,18 @@ impl InputPool {
         self.memory.as_slice().as_ptr()
     }
 
-    /// Where the pool lies, for an engine that reads requests in place
-    /// ([`crate::engine::Framework::attach_input_pool`]).
-    pub fn location(&self) -> crate::engine::PoolLocation {
-        crate::engine::PoolLocation {
+    /// Where the pool lies and what its slots hold under `layout`, for an
+    /// engine that reads requests in place
+    /// ([`crate::engine::Framework::attach_input_pool`]); `None` when
+    /// `layout` is not this pool's (another slot size).
+    pub fn location(&self, layout: &InputLayout) -> Option<crate::engine::PoolLocation> {
+        (layout.slot_elems() == self.slot_elems).then(|| crate::engine::PoolLocation {
             addr: self.as_ptr() as usize,
             reserved_bytes: self.reserved_bytes(),
             slots: self.capacity,
-            slot_elems: self.slot_elems,
-        }
+            slot_bytes: self.slot_elems * 4,
+            content: layout.slot_content(),
+        })
     }
 
     /// IO-virtual address of slot 0 as DPDK reports it (memzone pools

@@ -400,10 +400,12 @@ fn a_buffer_of_another_pool_does_not_join() {
 
 #[test]
 fn the_location_an_engine_registers_is_the_pools_memory_slot_by_slot() {
-    let mut pool = InputPool::on_heap(5, 12);
-    let loc = pool.location();
+    let layout = InputLayout::f32_nchw(3, 2, 2).unwrap();
+    let mut pool = InputPool::on_heap(5, layout.slot_elems());
+    let loc = pool.location(&layout).unwrap();
     assert_eq!(loc.addr, pool.as_ptr() as usize);
-    assert_eq!((loc.slots, loc.slot_elems, loc.slot_bytes()), (5, 12, 48));
+    assert_eq!((loc.slots, loc.slot_bytes), (5, 48));
+    assert_eq!(loc.content, SlotContent::F32 { elems: 12 });
     assert_eq!(loc.bytes(), pool.bytes());
     assert!(loc.reserved_bytes >= loc.bytes());
     pool.slot_mut(3)[0] = 7.5;
@@ -412,4 +414,50 @@ fn the_location_an_engine_registers_is_the_pools_memory_slot_by_slot() {
     assert_eq!(pool.slot(3).as_ptr() as usize, loc.addr + at);
     assert_eq!(loc.slot_offset(4), Some(4 * 48));
     assert_eq!(loc.slot_offset(5), None);
+    // Another layout's slots do not fit this pool.
+    let other = InputLayout::f32_nchw(3, 2, 3).unwrap();
+    assert_eq!(pool.location(&other), None);
+}
+
+#[test]
+fn a_raw_image_layout_keeps_the_bytes_as_they_came_in_any_fragment_order() {
+    // 5×3 pixels: 45 bytes, not a whole number of words.
+    let (h, w) = (5, 3);
+    let cooked = InputLayout::rgb_u8_hwc(h, w, IMAGENET_MEAN, IMAGENET_STD).unwrap();
+    let raw = cooked.clone().raw_images();
+    assert_eq!(raw.request_bytes(), 45);
+    assert_eq!(raw.input_elems(), 45);
+    assert_eq!(raw.slot_elems(), 12);
+    assert_eq!(raw.chw(), cooked.chw());
+    assert_eq!(
+        raw.slot_content(),
+        SlotContent::RgbU8Hwc {
+            h,
+            w,
+            mean: IMAGENET_MEAN,
+            std: IMAGENET_STD
+        }
+    );
+    assert_eq!(cooked.slot_content(), SlotContent::F32 { elems: 45 });
+    let image: Vec<u8> = (0..45u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+    let mut rng = Rng(7);
+    for _ in 0..50 {
+        // Random cuts, written in a random order.
+        let mut cuts: Vec<usize> = (0..4).map(|_| rng.next_u64() as usize % 46).collect();
+        cuts.extend([0, 45]);
+        cuts.sort_unstable();
+        let mut pieces: Vec<(usize, usize)> = cuts.windows(2).map(|c| (c[0], c[1])).collect();
+        for i in (1..pieces.len()).rev() {
+            pieces.swap(i, rng.next_u64() as usize % (i + 1));
+        }
+        let mut slot = vec![f32::from_bits(0xdead_beef); raw.slot_elems()];
+        for (a, b) in pieces {
+            raw.write_fragment(&image[a..b], a, &mut slot);
+        }
+        let bytes: Vec<u8> = slot.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(&bytes[..45], &image[..]);
+    }
+    // f32 layouts stay as they are.
+    let f = InputLayout::f32_nchw(1, 2, 2).unwrap();
+    assert_eq!(f.clone().raw_images(), f);
 }
