@@ -179,11 +179,17 @@ pub struct DeviceStats {
     /// Device memory the engine holds for its model (parameters,
     /// activations, workspace), bytes.
     pub memory_bytes: u64,
+    /// The last batch's input reaching the device, ns (CUDA events): the
+    /// gather from the pinned input pool when the engine reads it in
+    /// place, the copy from host memory otherwise. Part of
+    /// `last_batch_ns`.
+    #[serde(default)]
+    pub last_input_ns: u64,
 }
 
 impl DeviceStats {
     /// Words in [`DeviceStats::to_words`].
-    pub const WORDS: usize = 4;
+    pub const WORDS: usize = 5;
 
     /// The numbers as words, in field order (how the inference thread hands
     /// them to the telemetry publisher).
@@ -193,6 +199,7 @@ impl DeviceStats {
             self.busy_ns,
             self.last_batch_ns,
             self.memory_bytes,
+            self.last_input_ns,
         ]
     }
 
@@ -203,6 +210,7 @@ impl DeviceStats {
             busy_ns: w[1],
             last_batch_ns: w[2],
             memory_bytes: w[3],
+            last_input_ns: w[4],
         }
     }
 }
@@ -277,6 +285,7 @@ mod tests {
             busy_ns: 30,
             last_batch_ns: 9,
             memory_bytes: 1 << 30,
+            last_input_ns: 2,
         };
         assert_eq!(DeviceStats::from_words(&d.to_words()), d);
         let gpu = serde_json::to_value(msg(Some(d))).unwrap();

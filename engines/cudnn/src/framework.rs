@@ -252,6 +252,7 @@ impl Framework for CudnnEngine {
             busy_ns: s.busy_ns,
             last_batch_ns: s.last_batch_ns,
             memory_bytes: s.memory_bytes,
+            last_input_ns: s.last_input_ns,
         })
     }
 }

@@ -82,6 +82,9 @@ pub struct GpuStats {
     pub busy_ns: u64,
     /// The last batch's GPU time, ns.
     pub last_batch_ns: u64,
+    /// The last batch's input reaching the device (the gather from the
+    /// pool, or the copy from host memory), ns; part of `last_batch_ns`.
+    pub last_input_ns: u64,
     /// Device memory held: parameters, arena, workspace, bytes.
     pub memory_bytes: u64,
 }
@@ -110,8 +113,9 @@ struct Configured {
     workspace: DeviceF32,
     /// `per_batch[b - 1][step]`: the library ops of each step at batch `b`.
     per_batch: Vec<Vec<StepOp>>,
-    /// Start and end of a batch's work on the stream.
-    events: (CudaEvent, CudaEvent),
+    /// Start of a batch's work on the stream, its input on the device,
+    /// its end.
+    events: (CudaEvent, CudaEvent, CudaEvent),
 }
 
 #[derive(Debug)]
@@ -216,7 +220,7 @@ impl GpuPlan {
             arena: DeviceF32::zeros(d, self.plan.arena_per_sample * max_batch)?,
             workspace: DeviceF32::zeros(d, ws_bytes.div_ceil(4))?,
             per_batch,
-            events: (event()?, event()?),
+            events: (event()?, event()?, event()?),
         };
         run_steps(
             d,
@@ -352,7 +356,7 @@ impl GpuPlan {
 
     /// One batch: `fill` puts the input into the arena (on the stream),
     /// then the steps run and the output is read back; timed with events
-    /// from before `fill` to the last step.
+    /// from before `fill` to the last step, and to the end of `fill`.
     fn run_with(
         &mut self,
         batch: usize,
@@ -380,6 +384,10 @@ impl GpuPlan {
             .record(d.stream())
             .map_err(timing("recording an event"))?;
         fill(d, &mut run.arena, &self.gpu)?;
+        run.events
+            .1
+            .record(d.stream())
+            .map_err(timing("recording an event"))?;
         run_steps(
             d,
             &self.plan,
@@ -390,19 +398,21 @@ impl GpuPlan {
             &mut run.workspace,
         )?;
         run.events
-            .1
+            .2
             .record(d.stream())
             .map_err(timing("recording an event"))?;
         run.arena.read(d, o, output)?;
-        let ms = run
-            .events
-            .0
-            .elapsed_ms(&run.events.1)
-            .map_err(timing("reading an event"))?;
-        let ns = (f64::from(ms) * 1e6) as u64;
+        let ns = |a: &CudaEvent, b: &CudaEvent| {
+            a.elapsed_ms(b)
+                .map(|ms| (f64::from(ms) * 1e6) as u64)
+                .map_err(timing("reading an event"))
+        };
+        let total = ns(&run.events.0, &run.events.2)?;
+        let input = ns(&run.events.0, &run.events.1)?;
         self.stats.batches += 1;
-        self.stats.busy_ns += ns;
-        self.stats.last_batch_ns = ns;
+        self.stats.busy_ns += total;
+        self.stats.last_batch_ns = total;
+        self.stats.last_input_ns = input;
         Ok(())
     }
 }

@@ -219,12 +219,17 @@ impl Snapshot {
         f.gauges(
             "kneepoint_if_device_batch_seconds",
             "A GPU engine's last batch on its device, from the input's copy to the last step (CUDA events); absent for CPU engines.",
-            active().filter_map(|(l, g)| Some((l, g.device?.0 as f64 / 1e9))),
+            active().filter_map(|(l, g)| Some((l, g.device?.last_batch_ns as f64 / 1e9))),
+        )?;
+        f.gauges(
+            "kneepoint_if_device_input_seconds",
+            "Of a GPU engine's last batch, the input reaching the device: the gather from the pinned input pool (a GPU IF reads requests in place) or a copy from host memory (CUDA events); absent for CPU engines.",
+            active().filter_map(|(l, g)| Some((l, g.device?.last_input_ns as f64 / 1e9))),
         )?;
         f.gauges(
             "kneepoint_if_device_memory_bytes",
             "Device memory a GPU engine holds for its model: parameters, activations, workspace; absent for CPU engines.",
-            active().filter_map(|(l, g)| Some((l, g.device?.1 as f64))),
+            active().filter_map(|(l, g)| Some((l, g.device?.memory_bytes as f64))),
         )?;
         f.gauges(
             "kneepoint_if_slo_attainment_ratio",
@@ -663,6 +668,7 @@ mod tests {
                 busy_ns: 9_000_000,
                 last_batch_ns: 1_500_000,
                 memory_bytes: 123_456_789,
+                last_input_ns: 250_000,
             });
         }
         m.on_message(&msg).unwrap();
@@ -678,6 +684,13 @@ mod tests {
         assert_eq!(
             value(&text, &format!("kneepoint_if_device_memory_bytes{{{act}}}")),
             "123456789.0"
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("kneepoint_if_device_input_seconds{{{act}}}")
+            ),
+            "0.00025"
         );
     }
 

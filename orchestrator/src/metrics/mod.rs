@@ -224,9 +224,8 @@ pub struct ActiveGauges {
     pub throughput_per_s: f64,
     /// Arrivals per second over the last rate window.
     pub arrival_rate_per_s: f64,
-    /// A GPU engine's device: its last batch's device time, ns, and the
-    /// device memory it holds, bytes (`None` for CPU engines).
-    pub device: Option<(u64, u64)>,
+    /// A GPU engine's device numbers (`None` for CPU engines).
+    pub device: Option<kp_schema::telemetry::DeviceStats>,
 }
 
 /// What the daemon knows of one IF: its desired state and its life cycle.
@@ -390,7 +389,7 @@ impl PlatformMetrics {
                 slo_attainment: telemetry.slo_attainment,
                 throughput_per_s: telemetry.throughput_per_s,
                 arrival_rate_per_s: telemetry.arrival_rate_per_s,
-                device: device.map(|d| (d.last_batch_ns, d.memory_bytes)),
+                device: *device,
             });
         }
         Ok(())
