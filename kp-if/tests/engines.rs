@@ -508,3 +508,47 @@ fn onnxruntime_cuda_on_a_cpu_build_is_refused_at_init() {
     }
     e.deinit();
 }
+
+/// The in-place input path (`attach_input_pool` / `infer_slots`) on the
+/// engines that can run here: the CPU engines take no pool (the runtime's
+/// batch reaches them as host memory, read in place when its slots are
+/// adjacent) and keep raw images out of their pools; `onnxruntime-cuda`
+/// and `cudnn`, which gather on the GPU, normalise raw images and refuse
+/// the in-place path, with what is missing, until a model is loaded on a
+/// GPU.
+#[test]
+fn only_gpu_engines_read_the_pool_in_place_and_they_say_what_is_missing() {
+    let cfg = config("squeezenet");
+    let layout = libml::pool::InputLayout::for_model(&cfg).unwrap();
+    let pool = libml::pool::InputPool::on_heap(4, layout.slot_elems());
+    let location = pool.location(&layout).unwrap();
+    for kind in [EngineKind::OnnxRuntime, EngineKind::Tract] {
+        let (mut e, info) = loaded(engine_for(kind).unwrap(), &cfg);
+        e.configure_batch(2).unwrap();
+        assert!(!e.normalises_images(), "{}", e.name());
+        e.attach_input_pool(location).unwrap();
+        assert!(!e.reads_input_pool(), "{}", e.name());
+        let mut out = vec![0.0; 2 * info.output_elems()];
+        let err = e.infer_slots(&[0, 1], &mut out).unwrap_err();
+        assert!(err.to_string().contains("reads no input pool"), "{err}");
+        e.detach_input_pool();
+        e.deinit();
+    }
+    for kind in [EngineKind::OnnxRuntimeCuda, EngineKind::Cudnn] {
+        let mut e = engine_for(kind).unwrap();
+        assert!(e.normalises_images(), "{}", e.name());
+        let err = e.attach_input_pool(location).unwrap_err();
+        assert!(
+            matches!(err, libml::engine::EngineError::Order(_)),
+            "{}: {err}",
+            e.name()
+        );
+        assert!(!e.reads_input_pool());
+        let mut out = vec![0.0; 1000];
+        assert!(matches!(
+            e.infer_slots(&[0], &mut out),
+            Err(libml::engine::EngineError::Order(_))
+        ));
+        e.deinit();
+    }
+}

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use kp_cuda::dnn::Dnn;
 use kp_cuda::gather::GatherShape;
-use kp_cuda::{Gpu, GpuError};
+use kp_cuda::{Gpu, GpuError, PoolGather};
 use kp_plan::{Plan, PlanError};
 use libml::engine::{
     check_batch, DeviceStats, EngineConfig, EngineError, Framework, ModelInfo, PoolLocation,
@@ -30,11 +30,25 @@ pub struct CudnnEngine {
 }
 
 /// Per-channel mean and standard deviation of raw images.
-type Normalisation = ([f32; 3], [f32; 3]);
+pub type Normalisation = ([f32; 3], [f32; 3]);
+
+/// The gather of the IF's input pool `pool` on `gpu`, with room for
+/// batches of `max_batch`: what any GPU engine that reads the pool in
+/// place needs (this one, and `onnxruntime-cuda`'s I/O binding). An error
+/// says why the pool cannot be taken.
+pub fn pool_gather(
+    gpu: &Gpu,
+    pool: &PoolLocation,
+    max_batch: usize,
+) -> Result<PoolGather, EngineError> {
+    let (shape, norm) = gather_shape(pool)?;
+    PoolGather::new(gpu, pool.addr, pool.reserved_bytes, shape, norm, max_batch)
+        .map_err(|e| EngineError::Library(format!("registering the input pool: {e}")))
+}
 
 /// The gather of one request of `pool` (and the normalisation of raw
 /// images); an error for a slot too small for what it says it holds.
-fn gather_shape(pool: &PoolLocation) -> Result<(GatherShape, Normalisation), EngineError> {
+pub fn gather_shape(pool: &PoolLocation) -> Result<(GatherShape, Normalisation), EngineError> {
     let too_big = || EngineError::Shape(format!("slot content {:?}", pool.content));
     let (shape, norm) = match pool.content {
         SlotContent::F32 { elems } => (
@@ -63,7 +77,11 @@ fn gather_shape(pool: &PoolLocation) -> Result<(GatherShape, Normalisation), Eng
 
 /// The byte offsets of `slots` in `pool`, into `out`; an error names a
 /// slot the pool does not have.
-fn slot_offsets(pool: &PoolLocation, slots: &[u32], out: &mut Vec<u64>) -> Result<(), EngineError> {
+pub fn slot_offsets(
+    pool: &PoolLocation,
+    slots: &[u32],
+    out: &mut Vec<u64>,
+) -> Result<(), EngineError> {
     out.clear();
     for &s in slots {
         out.push(pool.slot_offset(s).ok_or_else(|| {

@@ -43,18 +43,17 @@
 
 use kp_cuda::cudarc::driver::sys::CUevent_flags;
 use kp_cuda::cudarc::driver::CudaEvent;
-use kp_cuda::cudarc::driver::CudaSlice;
 use kp_cuda::dnn::{
     self, Act, ConvOp, ConvSpec, DeviceF32, Dnn, LrnOp, LrnSpec, Nchw, PoolOp, PoolSpec, SoftmaxOp,
 };
-use kp_cuda::gather::{self, GatherDesc, GatherShape};
-use kp_cuda::{GatherKernel, Gpu, GpuError, PinnedRange};
+use kp_cuda::gather::GatherShape;
+use kp_cuda::{Gpu, GpuError, PoolGather};
 use kp_plan::{Activation, Op, Plan, PoolKind};
 
 #[cfg(feature = "framework")]
 mod framework;
 #[cfg(feature = "framework")]
-pub use framework::CudnnEngine;
+pub use framework::{gather_shape, pool_gather, slot_offsets, CudnnEngine, Normalisation};
 
 /// The environment variable naming the GPU ordinal.
 pub const DEVICE_ENV: &str = "KP_GPU_DEVICE";
@@ -68,7 +67,7 @@ pub struct GpuPlan {
     plan: Plan,
     params: DeviceF32,
     run: Option<Configured>,
-    pool: Option<PoolInput>,
+    pool: Option<PoolGather>,
     stats: GpuStats,
 }
 
@@ -87,23 +86,6 @@ pub struct GpuStats {
     pub last_input_ns: u64,
     /// Device memory held: parameters, arena, workspace, bytes.
     pub memory_bytes: u64,
-}
-
-/// The pinned input pool a [`GpuPlan`] gathers batches from
-/// ([`GpuPlan::attach_pool`]).
-#[derive(Debug)]
-struct PoolInput {
-    range: PinnedRange,
-    kernel: GatherKernel,
-    shape: GatherShape,
-    /// The normalisation table (`gather::rgb_lut`), 768 values; unused by
-    /// f32 requests.
-    lut: CudaSlice<f32>,
-    /// A batch's descriptors on the device, as long as the largest batch
-    /// yet (grown, never per batch).
-    descs: CudaSlice<GatherDesc>,
-    /// The same on the host, reused.
-    host_descs: Vec<GatherDesc>,
 }
 
 #[derive(Debug)]
@@ -279,25 +261,8 @@ impl GpuPlan {
             )));
         }
         self.pool = None;
-        let range = PinnedRange::register(&self.gpu, addr, len)?;
-        let kernel = GatherKernel::compile(&self.gpu)?;
-        let stream = self.gpu.stream();
-        let dev = |what| move |error| GpuError::Cuda { what, error };
-        let lut = stream
-            .clone_htod(&gather::rgb_lut(norm.0, norm.1))
-            .map_err(dev("uploading the normalisation table"))?;
-        let batch = self.max_batch().max(1);
-        let descs = stream
-            .clone_htod(&vec![GatherDesc::default(); batch])
-            .map_err(dev("allocating the gather descriptors"))?;
-        self.pool = Some(PoolInput {
-            range,
-            kernel,
-            shape,
-            lut,
-            descs,
-            host_descs: Vec::with_capacity(batch),
-        });
+        let batch = self.max_batch();
+        self.pool = Some(PoolGather::new(&self.gpu, addr, len, shape, norm, batch)?);
         Ok(())
     }
 
@@ -322,33 +287,9 @@ impl GpuPlan {
             .pool
             .take()
             .ok_or_else(|| GpuError::Bounds("run_gathered without a pool".into()))?;
-        let result = self.run_with(batch, output, |d, arena, gpu| {
-            let p = &mut pool;
-            p.host_descs.clear();
-            p.host_descs
-                .extend(gather::descriptors(offsets.iter().copied()));
-            let stream = d.stream();
-            let dev = |what| move |error| GpuError::Cuda { what, error };
-            if p.descs.len() < batch {
-                p.descs = stream
-                    .clone_htod(&vec![GatherDesc::default(); batch])
-                    .map_err(dev("allocating the gather descriptors"))?;
-            }
-            let mut descs = p.descs.slice_mut(0..batch);
-            stream
-                .memcpy_htod(&p.host_descs, &mut descs)
-                .map_err(dev("copying the gather descriptors"))?;
-            let descs = p.descs.slice(0..batch);
+        let result = self.run_with(batch, output, |_, arena, gpu| {
             let mut input = arena.slice_mut().slice_mut(i.clone());
-            p.kernel.launch(
-                gpu,
-                &p.range,
-                &p.host_descs,
-                &descs,
-                p.shape,
-                &p.lut,
-                &mut input,
-            )
+            pool.gather(gpu, offsets, &mut input)
         });
         self.pool = Some(pool);
         result

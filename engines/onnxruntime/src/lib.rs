@@ -51,9 +51,12 @@
 //! library it runs on the GPU; with a CPU build (the one `make setup`
 //! installs, and the only one on the GPU machine we test on) loading a model
 //! fails with an [`EngineError::Library`] that says so, and never falls
-//! back to the CPU. The batch still goes through host memory here (ORT
-//! copies it to the device); binding the gather kernel's device buffer by
-//! I/O binding is part of the GPU IF still to come (issue 11).
+//! back to the CPU. An IF's batches reach it in place: the engine takes
+//! the IF's input pool (`Framework::attach_input_pool`), gathers each
+//! batch on the GPU into a device tensor and gives ONNX Runtime that
+//! tensor, on the stream its CUDA provider computes on (`device_input`;
+//! never run: see there). Called with host memory (`infer_batch`, the
+//! engine alone) ONNX Runtime copies the batch to the device itself.
 //! `CUDA_MPS_ACTIVE_THREAD_PERCENTAGE` must be set before `init` (the
 //! orchestrator sets it at the process's start).
 
@@ -64,11 +67,17 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
 use ort::environment::Environment;
+use ort::memory::{AllocationDevice, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::builder::{GraphOptimizationLevel, SessionBuilder};
 use ort::session::Session;
-use ort::value::{TensorElementType, TensorRef, ValueType};
+use ort::session::SessionOutputs;
+use ort::value::{Shape, TensorElementType, TensorRef, TensorRefMut, ValueType};
 
-use libml::engine::{check_batch, EngineConfig, EngineError, Framework, ModelInfo};
+use kp_cuda::Gpu;
+use libml::engine::{check_batch, EngineConfig, EngineError, Framework, ModelInfo, PoolLocation};
+
+mod device_input;
+use device_input::DeviceInput;
 
 /// The environment variable that names the ONNX Runtime library explicitly.
 pub const LIBRARY_ENV: &str = "ORT_DYLIB_PATH";
@@ -304,6 +313,12 @@ pub struct OnnxRuntime {
     max_batch: usize,
     /// The largest batch run once by `configure_batch`.
     warmed: usize,
+    /// [`Device::Cuda`]: the IF's input pool, gathered on the GPU.
+    device_input: Option<DeviceInput>,
+    /// [`Device::Cuda`]: the GPU, opened at the first model load; its
+    /// stream is the CUDA provider's. After `session` and `device_input`:
+    /// dropped after them.
+    gpu: Option<Gpu>,
 }
 
 impl fmt::Debug for OnnxRuntime {
@@ -340,6 +355,8 @@ impl OnnxRuntime {
             fixed_batch: None,
             max_batch: 0,
             warmed: 0,
+            device_input: None,
+            gpu: None,
         }
     }
 
@@ -363,7 +380,7 @@ impl OnnxRuntime {
     }
 
     /// The session options every model of this engine gets.
-    fn session_builder(&self) -> Result<SessionBuilder, EngineError> {
+    fn session_builder(&mut self) -> Result<SessionBuilder, EngineError> {
         let env = self
             .env
             .as_ref()
@@ -390,9 +407,24 @@ impl OnnxRuntime {
             Device::Cpu => Ok(builder),
             Device::Cuda { device_id } => {
                 self.check_device()?;
+                let ordinal = usize::try_from(device_id)
+                    .map_err(|_| EngineError::Library(format!("GPU {device_id}")))?;
+                if self.gpu.is_none() {
+                    self.gpu =
+                        Some(Gpu::open(ordinal).map_err(|e| EngineError::Library(e.to_string()))?);
+                }
+                let stream = self
+                    .gpu
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |g| g.stream().cu_stream() as *mut ());
                 let cuda = ort::ep::CUDA::default()
                     .with_device_id(device_id)
-                    .with_tf32(false)
+                    .with_tf32(false);
+                // SAFETY: `stream` is the stream of `self.gpu`, which lives
+                // as long as this engine holds a session (it is dropped
+                // after `session`, field order and `deinit`), so ONNX
+                // Runtime never computes on a destroyed stream.
+                let cuda = unsafe { cuda.with_compute_stream(stream) }
                     .build()
                     .error_on_failure();
                 builder.with_execution_providers([cuda]).map_err(option)
@@ -607,30 +639,137 @@ impl Framework for OnnxRuntime {
         let outputs = session
             .run(ort::inputs![tensor])
             .map_err(|e| EngineError::Run(e.to_string()))?;
-        let value = outputs
-            .get(&info.output_name)
-            .ok_or_else(|| EngineError::Run(format!("no output {:?}", info.output_name)))?;
-        let (shape, data) = value
-            .try_extract_tensor::<f32>()
-            .map_err(|e| EngineError::Run(format!("output {:?}: {e}", info.output_name)))?;
-        if data.len() != output.len() || shape.first().copied() != i64::try_from(batch).ok() {
-            return Err(EngineError::Shape(format!(
-                "the model returned shape {:?} for a batch of {batch}; expected [{batch}, {:?}]",
-                &shape[..],
-                info.output_shape
-            )));
+        copy_output(&outputs, info, batch, output)
+    }
+
+    fn normalises_images(&self) -> bool {
+        // The gather normalises raw RGB bytes on the GPU.
+        self.device != Device::Cpu
+    }
+
+    fn attach_input_pool(&mut self, pool: PoolLocation) -> Result<(), EngineError> {
+        let Device::Cuda { .. } = self.device else {
+            // On the CPU the runtime's batch is read in place already.
+            return Ok(());
+        };
+        let (Some(gpu), Some(info)) = (self.gpu.as_ref(), self.info.as_ref()) else {
+            return Err(EngineError::Order("attach a pool before a model"));
+        };
+        if self.max_batch == 0 {
+            return Err(EngineError::Order("attach a pool before configure_batch"));
         }
-        output.copy_from_slice(data);
+        self.device_input = Some(DeviceInput::new(
+            gpu,
+            pool,
+            info.input_elems(),
+            self.max_batch,
+        )?);
         Ok(())
     }
 
+    fn reads_input_pool(&self) -> bool {
+        self.device_input.is_some()
+    }
+
+    fn detach_input_pool(&mut self) {
+        self.device_input = None;
+    }
+
+    fn infer_slots(&mut self, slots: &[u32], output: &mut [f32]) -> Result<(), EngineError> {
+        let Device::Cuda { device_id } = self.device else {
+            return Err(EngineError::Run(
+                "onnxruntime reads no input pool: the runtime must call infer_batch".into(),
+            ));
+        };
+        let (Some(session), Some(info), Some(gpu), Some(input)) = (
+            self.session.as_mut(),
+            self.info.as_ref(),
+            self.gpu.as_ref(),
+            self.device_input.as_mut(),
+        ) else {
+            return Err(EngineError::Order("infer_slots without an attached pool"));
+        };
+        let batch = slots.len();
+        if batch == 0 || batch > self.max_batch || output.len() != batch * info.output_elems() {
+            return Err(EngineError::Shape(format!(
+                "a batch of {batch} slots (at most {}) with room for {} outputs",
+                self.max_batch,
+                output.len()
+            )));
+        }
+        if self.fixed_batch.is_some_and(|f| f != batch) {
+            return Err(EngineError::Shape(format!(
+                "the model runs batches of exactly {:?}, not {batch}",
+                self.fixed_batch
+            )));
+        }
+        let ptr = input.gather(gpu, slots)?;
+        self.input_dims[0] =
+            i64::try_from(batch).map_err(|_| EngineError::Shape(format!("batch {batch}")))?;
+        let on_gpu = MemoryInfo::new(
+            AllocationDevice::CUDA,
+            device_id,
+            AllocatorType::Device,
+            MemoryType::Default,
+        )
+        .map_err(|e| EngineError::Run(format!("CUDA memory info: {e}")))?;
+        // SAFETY:
+        // - `ptr` is the device address of `input`'s tensor, on GPU
+        //   `device_id` (the CUDA memory info says so), at least
+        //   `batch × input_elems` f32 long (checked by `gather`);
+        // - the tensor value is dropped at the end of this call, while
+        //   `input` (borrowed from `self` for the call) still holds the
+        //   buffer;
+        // - the gather that fills it is enqueued on the provider's own
+        //   compute stream, so ONNX Runtime reads it after it is written.
+        let tensor = unsafe {
+            TensorRefMut::<f32>::from_raw(
+                on_gpu,
+                ptr as usize as *mut std::ffi::c_void,
+                Shape::new(self.input_dims.iter().copied()),
+            )
+        }
+        .map_err(|e| EngineError::Run(format!("device input tensor: {e}")))?;
+        let outputs = session
+            .run(ort::inputs![tensor])
+            .map_err(|e| EngineError::Run(e.to_string()))?;
+        copy_output(&outputs, info, batch, output)
+    }
+
     fn deinit(&mut self) {
+        self.device_input = None;
         self.session = None;
+        self.gpu = None;
         self.info = None;
         self.max_batch = 0;
         // The environment stays in the process-wide slot: ort cannot make another.
         self.env = None;
     }
+}
+
+/// The model's output of a batch of `batch` out of `outputs`, into
+/// `output`.
+fn copy_output(
+    outputs: &SessionOutputs<'_>,
+    info: &ModelInfo,
+    batch: usize,
+    output: &mut [f32],
+) -> Result<(), EngineError> {
+    let value = outputs
+        .get(&info.output_name)
+        .ok_or_else(|| EngineError::Run(format!("no output {:?}", info.output_name)))?;
+    let (shape, data) = value
+        .try_extract_tensor::<f32>()
+        .map_err(|e| EngineError::Run(format!("output {:?}: {e}", info.output_name)))?;
+    if data.len() != output.len() || shape.first().copied() != i64::try_from(batch).ok() {
+        return Err(EngineError::Shape(format!(
+            "the model returned shape {:?} for a batch of {batch}; expected [{batch}, {:?}]",
+            &shape[..],
+            info.output_shape
+        )));
+    }
+    output.copy_from_slice(data);
+    Ok(())
 }
 
 #[cfg(test)]

@@ -539,6 +539,95 @@ impl GatherKernel {
     }
 }
 
+/// A pinned input pool and what gathers batches from it: the range
+/// registered by address, the gather kernel, the normalisation table and
+/// the descriptors' buffers (grown to the largest batch, never allocated
+/// per batch). What a GPU engine that reads the IF's pool in place holds.
+#[derive(Debug)]
+pub struct PoolGather {
+    range: PinnedRange,
+    kernel: GatherKernel,
+    shape: GatherShape,
+    lut: CudaSlice<f32>,
+    descs: CudaSlice<GatherDesc>,
+    host_descs: Vec<GatherDesc>,
+}
+
+impl PoolGather {
+    /// Registers `len` bytes at `addr` ([`PinnedRange::register`]) as a
+    /// pool of `shape` requests, normalised (for `rgb_u8_hwc`) with
+    /// `mean`, `std`; compiles the kernel; room for batches of `batch`.
+    pub fn new(
+        gpu: &Gpu,
+        addr: usize,
+        len: usize,
+        shape: GatherShape,
+        (mean, std): ([f32; 3], [f32; 3]),
+        batch: usize,
+    ) -> Result<PoolGather, GpuError> {
+        let range = PinnedRange::register(gpu, addr, len)?;
+        let kernel = GatherKernel::compile(gpu)?;
+        let lut = gpu
+            .stream
+            .clone_htod(&gather::rgb_lut(mean, std))
+            .map_err(cuda("uploading the normalisation table"))?;
+        let batch = batch.max(1);
+        let descs = gpu
+            .stream
+            .clone_htod(&vec![GatherDesc::default(); batch])
+            .map_err(cuda("allocating the gather descriptors"))?;
+        Ok(PoolGather {
+            range,
+            kernel,
+            shape,
+            lut,
+            descs,
+            host_descs: Vec::with_capacity(batch),
+        })
+    }
+
+    /// One request as the pool holds it.
+    pub fn shape(&self) -> GatherShape {
+        self.shape
+    }
+
+    /// Enqueues on `gpu`'s stream the gather of the requests at `offsets`
+    /// (bytes into the pool, batch order) into `out` (exactly that many
+    /// requests' values): one descriptor upload, one launch.
+    pub fn gather(
+        &mut self,
+        gpu: &Gpu,
+        offsets: &[u64],
+        out: &mut CudaViewMut<'_, f32>,
+    ) -> Result<(), GpuError> {
+        let n = offsets.len();
+        self.host_descs.clear();
+        self.host_descs
+            .extend(gather::descriptors(offsets.iter().copied()));
+        if self.descs.len() < n {
+            self.descs = gpu
+                .stream
+                .clone_htod(&self.host_descs)
+                .map_err(cuda("allocating the gather descriptors"))?;
+        } else {
+            let mut dst = self.descs.slice_mut(0..n);
+            gpu.stream
+                .memcpy_htod(&self.host_descs, &mut dst)
+                .map_err(cuda("copying the gather descriptors"))?;
+        }
+        let descs = self.descs.slice(0..n);
+        self.kernel.launch(
+            gpu,
+            &self.range,
+            &self.host_descs,
+            &descs,
+            self.shape,
+            &self.lut,
+            out,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
