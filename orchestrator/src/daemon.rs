@@ -733,7 +733,8 @@ impl Daemon {
             .args(["--proc-type", "secondary"])
             .args(["--file-prefix", &self.cfg.if_manager.file_prefix])
             .args(["--lcores", &format!("{lcore}@({cpu_list})")])
-            .args(["--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"]);
+            .args(["--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"])
+            .args(driver_args(&self.cfg.if_manager.eal));
         // A GPU IF's share is its MPS percentage, set before its first CUDA
         // call (the process's start). Without a GPU the IF itself refuses to
         // start and says what is missing.
@@ -1314,6 +1315,26 @@ fn clean_up_previous(runtime_dir: &Path) {
 /// The NIC the if-manager's EAL arguments name: an allowed PCI device
 /// (`-a`, `--allow`), or a virtual device's interface (`iface=` of
 /// af_packet), or the virtual device itself.
+/// The driver plugins (`-d PATH`, `-dPATH`) among the if-manager's EAL
+/// arguments: an IF, a secondary process, must load the drivers its
+/// primary loaded (the mempool's ops among them), and on a machine
+/// without an installed DPDK (a bundle carried to a GPU server) they come
+/// only from there.
+fn driver_args(eal: &[String]) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut args = eal.iter();
+    while let Some(a) = args.next() {
+        if a == "-d" {
+            if let Some(path) = args.next() {
+                out.extend(["-d".to_string(), path.clone()]);
+            }
+        } else if let Some(path) = a.strip_prefix("-d").filter(|p| !p.is_empty()) {
+            out.extend(["-d".to_string(), path.to_string()]);
+        }
+    }
+    out
+}
+
 fn nic_hint(eal: &[String]) -> NicHint {
     let mut args = eal.iter();
     while let Some(a) = args.next() {
@@ -1343,6 +1364,26 @@ mod tests {
 
     fn args(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn the_ifs_load_the_driver_plugins_their_if_manager_loads() {
+        let eal: Vec<String> = [
+            "--lcores",
+            "0@0",
+            "-d",
+            "/b/pmds",
+            "--vdev",
+            "x",
+            "-d/b/x.so",
+            "--no-pci",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(driver_args(&eal), ["-d", "/b/pmds", "-d", "/b/x.so"]);
+        assert!(driver_args(&["--lcores".into(), "0@0".into()]).is_empty());
+        // A trailing -d without its path is the EAL's to refuse.
+        assert!(driver_args(&["-d".into()]).is_empty());
     }
 
     #[test]
