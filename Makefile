@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers chaos overload fuzz miri gpu-bundle gpu-check lint fmt clean
+.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers chaos overload fuzz miri gpu-bundle gpu-check gpu-platform-bundle gpu-platform lint fmt clean
 
 all: build
 
@@ -179,6 +179,16 @@ gpu-bundle:
 
 gpu-check:
 	scripts/gpu-check.sh
+
+# The whole platform for a GPU server without DPDK (docs/GPU.md): the
+# binaries, DPDK's libraries and the driver plugins it loads, packed into
+# build/gpu-platform.tar.xz; `make gpu-platform` there runs
+# scripts/bench-orchestrator.sh with GPU IFs.
+gpu-platform-bundle: build
+	scripts/gpu-platform-bundle.sh
+
+gpu-platform:
+	scripts/gpu-platform.sh
 
 lint: setup
 	$(CARGO) fmt --all -- --check

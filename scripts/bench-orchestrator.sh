@@ -62,11 +62,17 @@
 # (10 s, the config's default), MIN_STEP (5), STABLE_K (4); for the custom
 # scenario SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5; CPUS (0-1: the CPUs of the
 # whole benchmark, IFs, if-manager (on the first), orchestrator, clients;
-# with one CPU both IFs share it); PROFILE (release).
+# with one CPU both IFs share it); PROFILE (release). Elsewhere than in a
+# built checkout (scripts/gpu-platform.sh runs it on a GPU server from a
+# bundle): BIN (the binaries' folder, target/PROFILE), MODELS (the model
+# repository, models/), OUT (target/bench/orchestrator) and EAL_EXTRA
+# (more if-manager EAL arguments, e.g. "-d /run/kneepoint-pmds").
 # Needs root, iproute2, jq, hugepages and `make build models`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bin="$repo/target/${PROFILE:-release}"
+bin=${BIN:-$repo/target/${PROFILE:-release}}
+models=${MODELS:-$repo/models}
+eal_extra=${EAL_EXTRA:-}
 py="$repo/.venv/bin/python"
 [[ -x "$py" ]] || py=python3
 # The Python side: settings, the phases' results, the summary (tested).
@@ -98,14 +104,14 @@ say() { printf 'bench-orchestrator: %s\n' "$*" >&2; }
 ((EUID == 0)) || die "must run as root (namespaces, DPDK)"
 command -v jq >/dev/null || die "jq is missing (apt-get install jq)"
 for m in squeezenet shufflenet; do
-  [[ -f "$repo/models/$m/config.toml" ]] || die "no models/$m: run 'make models'"
+  [[ -f "$models/$m/config.toml" ]] || die "no $models/$m: run 'make models'"
 done
 for b in orchestrator kpctl if-manager kp-if kp-client; do
   [[ -x "$bin/$b" ]] || die "no $bin/$b: run 'make build'"
 done
 ((switchovers >= 1)) || die "SWITCHOVERS must be >= 1"
 
-out="$repo/target/bench/orchestrator"
+out=${OUT:-$repo/target/bench/orchestrator}
 mkdir -p "$out"
 net="kbo$(($$ % 100000))"
 prefix="kp-bo-$$"
@@ -171,7 +177,7 @@ config() {
   shift 2
   cat >"$file" <<EOF
 [platform]
-models = "$repo/models"
+models = "$models"
 bin_dir = "$wrap"
 cores = "$cpus"
 tuning = $tuning
@@ -184,7 +190,7 @@ min_step_pct = $min_step
 [if_manager]
 wrap = ["ip", "netns", "exec", "$PLATFORM_NS"]
 options = ["--ip", "$PLATFORM_IP"]
-eal = ["--lcores", "0@$ifm_cpu", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
+eal = [$(for a in $eal_extra; do printf '"%s", ' "$a"; done)"--lcores", "0@$ifm_cpu", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
        "--vdev", "net_af_packet0,iface=$PLATFORM_IF"]
 file_prefix = "$prefix"
 EOF
