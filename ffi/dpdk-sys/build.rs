@@ -87,6 +87,9 @@ fn main() {
         .allowlist_type("rte_eth_dev_info")
         .allowlist_type("rte_eth_link")
         .allowlist_type("rte_mempool")
+        // How many mempool ops this process registered (a secondary that
+        // did not load its primary's driver plugins has none).
+        .allowlist_var("rte_mempool_ops_table")
         .allowlist_type("rte_pktmbuf_pool_private")
         .allowlist_type("rte_ring")
         .allowlist_type("rte_memzone")

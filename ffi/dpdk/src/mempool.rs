@@ -96,6 +96,24 @@ impl Mempool {
                 reason: format!("mempool {name:?} is not a packet mbuf pool"),
             });
         }
+        // Its operations are an index into this process's table of mempool
+        // ops, which the driver plugins fill as they load: a process that
+        // did not load its creator's plugins (`-d`) would call through a
+        // null pointer at its first buffer.
+        // SAFETY: the table is written only by the constructors of DPDK's
+        // libraries and plugins, which ran at load time and `rte_eal_init`
+        // (the EAL runs: claim held); nothing writes it now.
+        let registered = unsafe { sys::rte_mempool_ops_table.num_ops };
+        if mp.ops_index < 0 || mp.ops_index as u32 >= registered {
+            return Err(DpdkError::InvalidArgument {
+                op: OP,
+                reason: format!(
+                    "mempool {name:?} uses mempool ops #{} but this process registered {registered}: \
+                     load the DPDK driver plugins its creator loaded (the same -d arguments)",
+                    mp.ops_index
+                ),
+            });
+        }
         Ok(Self::register(ptr, name, claim, false))
     }
 
