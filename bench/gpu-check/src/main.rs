@@ -195,15 +195,19 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
             let descs = stream.clone_htod(&host_descs)?;
             let elems = batch * shape.request_elems() as usize;
             let mut out = stream.alloc_zeros::<f32>(elems)?;
-            kernel.launch(
-                gpu,
-                &region,
-                &host_descs,
-                &descs.as_view(),
-                shape,
-                &lut,
-                &mut out.as_view_mut(),
-            )?;
+            let descs = descs.as_view();
+            let launch = |out: &mut kp_cuda::cudarc::driver::CudaSlice<f32>| {
+                kernel.launch(
+                    gpu,
+                    &region,
+                    &host_descs,
+                    &descs,
+                    shape,
+                    &lut,
+                    &mut out.as_view_mut(),
+                )
+            };
+            launch(&mut out)?;
             let got = stream.clone_dtoh(&out)?;
             let mut want = vec![0.0f32; elems];
             let host_lut = gather::rgb_lut(MEAN, STD);
@@ -220,17 +224,7 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
             // Bandwidth: the gather vs a plain copy of the same bytes.
             let bytes = batch * req;
             let gather_ms = median_ms(gpu, args.reps, || {
-                kernel
-                    .launch(
-                        gpu,
-                        &region,
-                        &host_descs,
-                        &descs.as_view(),
-                        shape,
-                        &lut,
-                        &mut out.as_view_mut(),
-                    )
-                    .map_err(anyhow::Error::from)
+                launch(&mut out).map_err(anyhow::Error::from)
             })?;
             // The plain copy reads the registered pool itself (pinned, so a
             // DMA at the bus's speed), the same number of bytes.
