@@ -258,15 +258,14 @@ fn run(mut args: Args) -> Result<()> {
     if eal.process_type() != ProcessType::Secondary {
         bail!("kp-if must run as a DPDK secondary process (--proc-type secondary)");
     }
-    let result = attach_and_serve(
-        &args,
-        &model,
-        &layout,
+    let setup = Setup {
+        args: &args,
+        model: &model,
+        layout: &layout,
         max_batch,
-        info.output_elems(),
-        &mut *engine,
-        &eal,
-    );
+        output_elems: info.output_elems(),
+    };
+    let result = attach_and_serve(&setup, &mut *engine, &eal);
     engine.deinit();
     let report = result?;
     eal.cleanup().context("DPDK cleanup")?;
@@ -280,15 +279,22 @@ fn run(mut args: Args) -> Result<()> {
     Ok(())
 }
 
-fn attach_and_serve(
-    args: &Args,
-    model: &ModelConfig,
-    layout: &InputLayout,
+/// What an IF serves with, decided before it attaches to the platform.
+#[derive(Clone, Copy)]
+struct Setup<'a> {
+    args: &'a Args,
+    model: &'a ModelConfig,
+    layout: &'a InputLayout,
     max_batch: usize,
     output_elems: usize,
+}
+
+fn attach_and_serve(
+    setup: &Setup<'_>,
     engine: &mut dyn libml::engine::Framework,
     eal: &Eal,
 ) -> Result<serde_json::Value> {
+    let (args, model, layout) = (setup.args, setup.model, setup.layout);
     let control = args
         .control
         .as_deref()
@@ -323,18 +329,7 @@ fn attach_and_serve(
         .attach_input_pool(location)
         .context("attaching the input pool to the engine")?;
     let served = serve_on(
-        args,
-        model,
-        layout,
-        max_batch,
-        output_elems,
-        engine,
-        &mut pool,
-        control,
-        &ring_name,
-        ring,
-        answerer,
-        eal,
+        setup, engine, &mut pool, control, &ring_name, ring, answerer, eal,
     );
     engine.detach_input_pool();
     served
@@ -344,11 +339,7 @@ fn attach_and_serve(
 /// with `pool` attached to `engine`.
 #[allow(clippy::too_many_arguments)]
 fn serve_on(
-    args: &Args,
-    model: &ModelConfig,
-    layout: &InputLayout,
-    max_batch: usize,
-    output_elems: usize,
+    setup: &Setup<'_>,
     engine: &mut dyn libml::engine::Framework,
     pool: &mut InputPool,
     control: Option<ControlClient>,
@@ -357,6 +348,13 @@ fn serve_on(
     answerer: Answerer,
     eal: &Eal,
 ) -> Result<serde_json::Value> {
+    let Setup {
+        args,
+        model,
+        layout,
+        max_batch,
+        output_elems,
+    } = *setup;
     let mut rcfg = ReassemblerConfig::new(model.request_bytes());
     rcfg.capacity = args.capacity;
     rcfg.timeout_ns = args.reassembly_timeout_ms * 1_000_000;
