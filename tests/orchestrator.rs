@@ -420,7 +420,7 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
     );
     ensure!(
         summary["if_manager"]["mempool"].is_object(),
-        "summary: {summary}"
+        "no if-manager report in the summary: {summary}\n{log}"
     );
     let left = dpdk_files_left(&prefix);
     ensure!(left.is_empty(), "DPDK files left behind: {left:?}");

@@ -10,6 +10,7 @@
 //! every mbuf still queued, and removes its hugepage files and runtime
 //! directory.
 
+use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -64,18 +65,29 @@ fn run(args: Args) -> Result<()> {
     let socket = eal.socket_id();
 
     let result = serve(&args, socket, notify);
+    // The report first: it is complete once `serve` returns, and whoever
+    // waits for it (the orchestrator gives a stopping if-manager 10 s
+    // before it kills it) must not depend on how long the EAL's cleanup
+    // takes with secondaries killed mid-request.
+    let written = result.and_then(|report| {
+        let text = serde_json::to_string(&report)?;
+        println!("{text}");
+        std::io::stdout().flush()?;
+        if let Some(path) = &args.stats_json {
+            std::fs::write(path, format!("{text}\n"))
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    });
     // Whatever happened, give back hugepages and the runtime directory.
+    let started = Instant::now();
     if let Err(e) = eal.cleanup() {
         eprintln!("if-manager: cleanup: {e}");
     }
-    let report = result?;
-    let text = serde_json::to_string(&report)?;
-    println!("{text}");
-    if let Some(path) = &args.stats_json {
-        std::fs::write(path, format!("{text}\n"))
-            .with_context(|| format!("writing {}", path.display()))?;
+    if started.elapsed() > Duration::from_secs(1) {
+        eprintln!("if-manager: the EAL's cleanup took {:?}", started.elapsed());
     }
-    Ok(())
+    written
 }
 
 /// Everything between EAL init and cleanup; every DPDK object is dropped
@@ -195,8 +207,15 @@ fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result
     let run_seconds = started.elapsed().as_secs_f64();
 
     stop.store(true, Ordering::Relaxed);
+    let stopping = Instant::now();
     for t in [control, stats_printer].into_iter().flatten() {
         let _ = t.join();
+    }
+    if stopping.elapsed() > Duration::from_secs(1) {
+        eprintln!(
+            "if-manager: its threads took {:?} to stop",
+            stopping.elapsed()
+        );
     }
     // The final reading, on the thread that owns the port (as every
     // reading is: see if_manager::port_stats).
@@ -214,6 +233,12 @@ fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result
         drained.insert(if_id.0.to_string(), json!(drain_ring(&route.ring)));
     }
     let tx_drained = drain_ring(&tx_ring);
+    if stopping.elapsed() > Duration::from_secs(1) {
+        eprintln!(
+            "if-manager: stopping took {:?} up to the rings' drain",
+            stopping.elapsed()
+        );
+    }
     let ifs = registry
         .lock()
         .unwrap_or_else(|p| p.into_inner())

@@ -24,8 +24,10 @@
 //! every batch size up to the maximum, one device arena for the largest
 //! batch (the plan's offsets times the batch), one workspace for the
 //! largest convolution, the parameters uploaded once at load. A batch
-//! copies its input into the arena, enqueues the steps on the GPU's one
-//! stream and reads the output back.
+//! gets its input into the arena — copied from host memory
+//! ([`GpuPlan::run`]), or, in an IF, gathered on the device straight from
+//! the pinned input pool ([`GpuPlan::run_gathered`], `kp_cuda::PoolGather`)
+//! — enqueues the steps on the GPU's one stream and reads the output back.
 //!
 //! [`GpuPlan`] is the engine itself and needs nothing but kp-plan and
 //! kp-cuda (so `kp-gpu-check` carries it to GPU machines without DPDK);
