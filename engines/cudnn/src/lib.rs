@@ -290,7 +290,7 @@ impl GpuPlan {
             .take()
             .ok_or_else(|| GpuError::Bounds("run_gathered without a pool".into()))?;
         let result = self.run_with(batch, output, |_, arena, gpu| {
-            let mut input = arena.slice_mut().slice_mut(i.clone());
+            let mut input = arena.slice_mut().slice_mut(i);
             pool.gather(gpu, offsets, &mut input)
         });
         self.pool = Some(pool);
