@@ -73,9 +73,16 @@ if [[ -z $models ]]; then
   echo "gpu-check: no model repository (set GPU_CHECK_MODELS, or run from a checkout with python3 onnx + onnxruntime): the engine is not checked" >&2
   exec "$bin" --out "$out" "$@"
 fi
+# A failed check does not stop the steps after it (the machine's own
+# ONNX Runtime, the eager baseline, the knee): a run on a GPU says all
+# that fails and all it measures; the exit status says it failed.
+set +e
 "$bin" --out "$out" --models "$models" "$@"
+status=$?
+set -e
+if ((status == 2)); then exit 2; fi
 if python3 -c 'import onnxruntime' 2>/dev/null; then
-  python3 "${repo:-$here/..}/scripts/gpu_check_ort.py" "$models" "$out"
+  python3 "${repo:-$here/..}/scripts/gpu_check_ort.py" "$models" "$out" || status=1
 else
   echo "gpu-check: no onnxruntime for python3 here: the engine was checked against the CPU reference only" >&2
 fi
@@ -83,7 +90,7 @@ fi
 # same way, and the cudnn engine's latency against it (cudnn_vs_torch.csv).
 if python3 -c 'import torch, onnx, numpy' 2>/dev/null; then
   python3 "${repo:-$here/..}/scripts/gpu_torch_eager.py" "$models" "$out" --reps 50 --max-batch 32 \
-    ${GPU_CHECK_ONLY:+--only "$GPU_CHECK_ONLY"}
+    ${GPU_CHECK_ONLY:+--only "$GPU_CHECK_ONLY"} || status=1
 else
   echo "gpu-check: no PyTorch (with onnx and numpy) for python3 here: no eager baseline" >&2
 fi
@@ -93,5 +100,9 @@ if [[ ${GPU_CHECK_KNEE:-1} == 1 ]]; then
   "${repo:-$here/..}/scripts/gpu-knee.sh" "$bin" "$models" "$out"
   rc=$?
   set -e
-  if [[ $rc == 1 ]]; then exit 1; fi
+  if [[ $rc == 1 ]]; then status=1; fi
 fi
+if ((status != 0)); then
+  echo "gpu-check: FAILED (see above)" >&2
+fi
+exit "$status"

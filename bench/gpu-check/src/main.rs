@@ -410,83 +410,22 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
     )?;
     let mut failed = Vec::new();
     for name in &names {
-        let t = Instant::now();
-        let plan = Plan::load(&dir.join(name).join("model.onnx"))
-            .with_context(|| format!("planning {name}"))?;
-        let (pi, po) = (plan.input.elems(), plan.output.elems());
-        let input = sample_input(name.len() as u64, 2, pi);
-        let mut want = vec![0.0f32; 2 * po];
-        CpuBackend::new(plan.clone(), 2).run(&input, 2, &mut want)?;
-        let cpu_s = t.elapsed().as_secs_f64();
-        let (gpu, dnn) = kp_engine_cudnn::open(args.device)?;
-        let mut gp = GpuPlan::new(gpu, dnn, plan)?;
-        let t = Instant::now();
-        gp.configure(args.max_batch)?;
-        let configure_s = t.elapsed().as_secs_f64();
-        let mut got = vec![0.0f32; 2 * po];
-        gp.run(&input, 2, &mut got)?;
-        let mut worst = 0.0f32;
-        let mut same_top5 = true;
-        for n in 0..2 {
-            let (g, w) = (&got[n * po..(n + 1) * po], &want[n * po..(n + 1) * po]);
-            let scale = w
-                .iter()
-                .fold(0.0f32, |m, v| m.max(v.abs()))
-                .max(f32::MIN_POSITIVE);
-            let diff = g
-                .iter()
-                .zip(w)
-                .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
-            worst = worst.max(diff / scale);
-            same_top5 &= top5(g) == top5(w);
+        // One model's error (a cuDNN status, an unsupported step) is
+        // reported and the others still run: a first run on a new GPU
+        // should say everything that fails, not only the first thing.
+        let checked = check_model(args, dir, name, &mut csv, &mut in_place_csv);
+        match checked {
+            Ok(true) => {}
+            Ok(false) => failed.push(name.clone()),
+            Err(e) => {
+                println!("{name:20} ERROR: {e:#}");
+                failed.push(format!("{name} (error)"));
+            }
         }
-        let in_place = in_place(args, &mut gp, &input, &got)?;
-        let ok =
-            worst <= 1e-3 && same_top5 && got.iter().all(|v| v.is_finite()) && in_place.same_bits;
-        let keep = args.out.join("engine").join(name);
-        std::fs::create_dir_all(&keep)?;
-        std::fs::write(keep.join("input_b2.f32"), bytes(&input))?;
-        std::fs::write(keep.join("cudnn_b2.f32"), bytes(&got))?;
-        println!(
-            "{name:20} {} steps  agree: {}  (max diff {worst:.2e} of the largest score, top-5 {})  cpu reference {cpu_s:.1} s, configure 1..{} {configure_s:.1} s",
-            gp.plan().steps.len(),
-            if ok { "yes" } else { "NO" },
-            if same_top5 { "same" } else { "DIFFERENT" },
-            args.max_batch
-        );
-        println!(
-            "{name:20} in place (the IF's path: slots of a pinned pool gathered on the device): {}; batch {}: {:.3} ms gathered vs {:.3} ms copied ({:.2}x)",
-            if in_place.same_bits { "same bits" } else { "DIFFERENT" },
-            in_place.batch,
-            in_place.gathered_ms,
-            in_place.copied_ms,
-            in_place.copied_ms / in_place.gathered_ms
-        );
-        writeln!(
-            in_place_csv,
-            "{name},{},{:.4},{:.4},{}",
-            in_place.batch, in_place.copied_ms, in_place.gathered_ms, in_place.same_bits
-        )?;
-        if !ok {
-            failed.push(name.clone());
-        }
-        let mut line = String::new();
-        for l in sweep(args, &mut gp, &input[..pi], po)? {
-            writeln!(
-                csv,
-                "{name},{},{:.4},{:.4},{:.1}",
-                l.batch,
-                l.p50,
-                l.p90,
-                l.batch as f64 / l.p50 * 1e3
-            )?;
-            line.push_str(&format!(" b{}:{:.2}ms", l.batch, l.p50));
-        }
-        println!("{name:20} latency p50{line}");
     }
     ensure!(
         failed.is_empty(),
-        "the cudnn engine disagrees with the CPU reference on: {}",
+        "the cudnn engine failed its check (disagreement, different in-place bits or an error) on: {}",
         failed.join(", ")
     );
     println!(
@@ -495,6 +434,88 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
         csv_path.display()
     );
     Ok(())
+}
+
+/// One model on the cudnn engine: agreement with the CPU reference and
+/// the in-place path (`Ok(false)` when either fails), then its latency
+/// sweep, appended to the two CSVs.
+fn check_model(
+    args: &Args,
+    dir: &Path,
+    name: &String,
+    csv: &mut std::fs::File,
+    in_place_csv: &mut std::fs::File,
+) -> Result<bool> {
+    let t = Instant::now();
+    let plan = Plan::load(&dir.join(name).join("model.onnx"))
+        .with_context(|| format!("planning {name}"))?;
+    let (pi, po) = (plan.input.elems(), plan.output.elems());
+    let input = sample_input(name.len() as u64, 2, pi);
+    let mut want = vec![0.0f32; 2 * po];
+    CpuBackend::new(plan.clone(), 2).run(&input, 2, &mut want)?;
+    let cpu_s = t.elapsed().as_secs_f64();
+    let (gpu, dnn) = kp_engine_cudnn::open(args.device)?;
+    let mut gp = GpuPlan::new(gpu, dnn, plan)?;
+    let t = Instant::now();
+    gp.configure(args.max_batch)?;
+    let configure_s = t.elapsed().as_secs_f64();
+    let mut got = vec![0.0f32; 2 * po];
+    gp.run(&input, 2, &mut got)?;
+    let mut worst = 0.0f32;
+    let mut same_top5 = true;
+    for n in 0..2 {
+        let (g, w) = (&got[n * po..(n + 1) * po], &want[n * po..(n + 1) * po]);
+        let scale = w
+            .iter()
+            .fold(0.0f32, |m, v| m.max(v.abs()))
+            .max(f32::MIN_POSITIVE);
+        let diff = g
+            .iter()
+            .zip(w)
+            .fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+        worst = worst.max(diff / scale);
+        same_top5 &= top5(g) == top5(w);
+    }
+    let in_place = in_place(args, &mut gp, &input, &got)?;
+    let ok = worst <= 1e-3 && same_top5 && got.iter().all(|v| v.is_finite()) && in_place.same_bits;
+    let keep = args.out.join("engine").join(name);
+    std::fs::create_dir_all(&keep)?;
+    std::fs::write(keep.join("input_b2.f32"), bytes(&input))?;
+    std::fs::write(keep.join("cudnn_b2.f32"), bytes(&got))?;
+    println!(
+        "{name:20} {} steps  agree: {}  (max diff {worst:.2e} of the largest score, top-5 {})  cpu reference {cpu_s:.1} s, configure 1..{} {configure_s:.1} s",
+        gp.plan().steps.len(),
+        if ok { "yes" } else { "NO" },
+        if same_top5 { "same" } else { "DIFFERENT" },
+        args.max_batch
+    );
+    println!(
+        "{name:20} in place (the IF's path: slots of a pinned pool gathered on the device): {}; batch {}: {:.3} ms gathered vs {:.3} ms copied ({:.2}x)",
+        if in_place.same_bits { "same bits" } else { "DIFFERENT" },
+        in_place.batch,
+        in_place.gathered_ms,
+        in_place.copied_ms,
+        in_place.copied_ms / in_place.gathered_ms
+    );
+    writeln!(
+        in_place_csv,
+        "{name},{},{:.4},{:.4},{}",
+        in_place.batch, in_place.copied_ms, in_place.gathered_ms, in_place.same_bits
+    )?;
+    let mut line = String::new();
+    for l in sweep(args, &mut gp, &input[..pi], po)? {
+        writeln!(
+            csv,
+            "{name},{},{:.4},{:.4},{:.1}",
+            l.batch,
+            l.p50,
+            l.p90,
+            l.batch as f64 / l.p50 * 1e3
+        )?;
+        line.push_str(&format!(" b{}:{:.2}ms", l.batch, l.p50));
+    }
+    println!("{name:20} latency p50{line}");
+    Ok(ok)
 }
 
 /// What [`in_place`] found.
