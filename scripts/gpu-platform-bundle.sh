@@ -5,7 +5,8 @@
 #
 # Writes build/gpu-platform.tar.xz holding gpu-platform/:
 #   bin/   the stripped orchestrator, kpctl, if-manager, kp-if, kp-client,
-#          and jq (scripts/bench-orchestrator.sh reads JSON with it);
+#          jq (scripts/bench-orchestrator.sh reads JSON with it) and
+#          iproute2's ip (scripts/netns.sh);
 #   lib/   every shared library they need that is not the C and C++ runtime
 #          (the server's glibc and libstdc++ are newer than Debian 12's, so
 #          they are taken from there): DPDK's librte_*, libnuma, libjq ...;
@@ -21,7 +22,9 @@ bin="$repo/target/${PROFILE:-release}"
 out="$repo/build/gpu-platform"
 pmd_dir=$(find /usr/lib/x86_64-linux-gnu/dpdk -maxdepth 1 -type d -name 'pmds-*' | sort | tail -1)
 [[ -n $pmd_dir ]] || { echo "gpu-platform-bundle: no DPDK driver folder (run 'make setup')" >&2; exit 1; }
-command -v jq >/dev/null || { echo "gpu-platform-bundle: jq is missing (run 'make setup')" >&2; exit 1; }
+for t in jq ip; do
+  command -v $t >/dev/null || { echo "gpu-platform-bundle: $t is missing (run 'make setup')" >&2; exit 1; }
+done
 
 rm -rf "$out" "$out.tar.xz"
 mkdir -p "$out/bin" "$out/lib" "$out/pmds"
@@ -30,6 +33,10 @@ for b in orchestrator kpctl if-manager kp-if kp-client; do
   cp "$bin/$b" "$out/bin/"
 done
 cp "$(command -v jq)" "$out/bin/"
+# iproute2's ip: scripts/netns.sh builds the namespaces and the veth pair
+# with it, and a CUDA image need not have it (the GPU machine we test on
+# has none).
+cp "$(command -v ip)" "$out/bin/"
 strip "$out"/bin/*
 # As `name.so`: the EAL loads from a `-d` folder only files ending in
 # `.so` or `.so.<ABI>` (23.0), not the soname's `.so.23`.

@@ -7,9 +7,9 @@
 #
 # Runs from a checkout that carries build/gpu-platform.tar.xz (`make
 # gpu-platform-bundle` on the build machine: the stripped binaries, DPDK's
-# libraries and the two driver plugins the platform loads, jq), and builds
-# nothing, so the server needs no cargo, DPDK, apt or network: root,
-# iproute2 (network namespaces and a veth pair), python3 with onnx,
+# libraries and the two driver plugins the platform loads, jq, iproute2's
+# ip), and builds nothing, so the server needs no cargo, DPDK, apt or
+# network: root, a kernel with network namespaces and veth, python3 with onnx,
 # onnxruntime and numpy (to prepare the two models, from build/wheels/'s
 # labels wheel), an NVIDIA driver and the CUDA 13 libraries (the nvidia-*
 # pip wheels under python3's site-packages, as scripts/gpu-check.sh finds
@@ -87,7 +87,7 @@ fi
 if [[ $engine == onnxruntime ]]; then
   say "engine onnxruntime: the IFs run on CPU cores"
 elif command -v nvidia-cuda-mps-control >/dev/null; then
-  pgrep -x nvidia-cuda-mps-control >/dev/null || nvidia-cuda-mps-control -d
+  echo get_server_list | nvidia-cuda-mps-control >/dev/null 2>&1 || nvidia-cuda-mps-control -d
   say "CUDA MPS control daemon running: shares are MPS percentages that bite"
 else
   say "no nvidia-cuda-mps-control: shares are not enforced on the GPU"
