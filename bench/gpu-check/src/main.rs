@@ -304,12 +304,15 @@ fn sample_input(seed: u64, n: usize, elems: usize) -> Vec<f32> {
 }
 
 /// One batch size of a latency sweep: milliseconds per batch, input copy
-/// and output read-back included.
+/// and output read-back included (wall clock); and the median of the
+/// GPU's own time for it (CUDA events from the input copy to the last
+/// step), which the difference shows host overhead against.
 struct Latency {
     batch: usize,
     p50: f64,
     p90: f64,
     p99: f64,
+    gpu_p50: f64,
 }
 
 /// Batches of 1, 2, 4, ... `--max-batch` of `sample` (one sample repeated)
@@ -327,18 +330,22 @@ fn sweep(args: &Args, gp: &mut GpuPlan, sample: &[f32], po: usize) -> Result<Vec
         let mut res = vec![0.0f32; b * po];
         gp.run(&inp, b, &mut res)?;
         let mut ms = Vec::with_capacity(args.reps);
+        let mut gpu_ms = Vec::with_capacity(args.reps);
         for _ in 0..args.reps.max(1) {
             let t = Instant::now();
             gp.run(&inp, b, &mut res)?;
             ms.push(t.elapsed().as_secs_f64() * 1e3);
+            gpu_ms.push(gp.stats().last_batch_ns as f64 / 1e6);
         }
         ms.sort_by(f64::total_cmp);
+        gpu_ms.sort_by(f64::total_cmp);
         let at = |q: f64| ms[((ms.len() as f64 * q) as usize).min(ms.len() - 1)];
         out.push(Latency {
             batch: b,
             p50: ms[ms.len() / 2],
             p90: at(0.9),
             p99: at(0.99),
+            gpu_p50: gpu_ms[gpu_ms.len() / 2],
         });
         b *= 2;
     }
@@ -374,6 +381,7 @@ fn knee(args: &Args, gpu: &Gpu, dir: &Path) -> Result<()> {
         let (g, dnn) = kp_engine_cudnn::open(args.device)?;
         let mut gp = GpuPlan::new(g, dnn, plan)?;
         gp.configure(args.max_batch)?;
+        println!("knee point: MPS {pct}% {name:16} steps: {}", gp.step_launch());
         let sample = sample_input(name.len() as u64, 1, pi);
         let mut line = String::new();
         for l in sweep(args, &mut gp, &sample, po)? {
@@ -402,7 +410,10 @@ fn engines(args: &Args, dir: &Path) -> Result<()> {
     let names = model_names(args, dir)?;
     let csv_path = args.out.join("engine.csv");
     let mut csv = std::fs::File::create(&csv_path)?;
-    writeln!(csv, "model,batch,median_ms,p90_ms,images_per_s")?;
+    writeln!(
+        csv,
+        "model,batch,median_ms,p90_ms,images_per_s,gpu_median_ms,eager_median_ms,eager_gpu_median_ms"
+    )?;
     let mut in_place_csv = std::fs::File::create(args.out.join("engine_in_place.csv"))?;
     writeln!(
         in_place_csv,
@@ -459,8 +470,19 @@ fn check_model(
     let t = Instant::now();
     gp.configure(args.max_batch)?;
     let configure_s = t.elapsed().as_secs_f64();
+    let launch = gp.step_launch();
     let mut got = vec![0.0f32; 2 * po];
     gp.run(&input, 2, &mut got)?;
+    // The graphs must replay exactly what the eager steps compute.
+    gp.set_graphs(false);
+    let mut eager = vec![0.0f32; 2 * po];
+    let eager_run = gp.run(&input, 2, &mut eager);
+    gp.set_graphs(true);
+    eager_run?;
+    let graphs_same = got
+        .iter()
+        .zip(&eager)
+        .all(|(a, b)| a.to_bits() == b.to_bits());
     let mut worst = 0.0f32;
     let mut same_top5 = true;
     for n in 0..2 {
@@ -477,7 +499,11 @@ fn check_model(
         same_top5 &= top5(g) == top5(w);
     }
     let in_place = in_place(args, &mut gp, &input, &got)?;
-    let ok = worst <= 1e-3 && same_top5 && got.iter().all(|v| v.is_finite()) && in_place.same_bits;
+    let ok = worst <= 1e-3
+        && same_top5
+        && got.iter().all(|v| v.is_finite())
+        && in_place.same_bits
+        && graphs_same;
     let keep = args.out.join("engine").join(name);
     std::fs::create_dir_all(&keep)?;
     std::fs::write(keep.join("input_b2.f32"), bytes(&input))?;
@@ -488,6 +514,10 @@ fn check_model(
         if ok { "yes" } else { "NO" },
         if same_top5 { "same" } else { "DIFFERENT" },
         args.max_batch
+    );
+    println!(
+        "{name:20} steps run as {launch}; eager steps give {}",
+        if graphs_same { "the same bits" } else { "DIFFERENT bits" }
     );
     println!(
         "{name:20} in place (the IF's path: slots of a pinned pool gathered on the device): {}; batch {}: {:.3} ms gathered vs {:.3} ms copied ({:.2}x)",
@@ -502,19 +532,32 @@ fn check_model(
         "{name},{},{:.4},{:.4},{}",
         in_place.batch, in_place.copied_ms, in_place.gathered_ms, in_place.same_bits
     )?;
-    let mut line = String::new();
-    for l in sweep(args, &mut gp, &input[..pi], po)? {
+    // The engine as it runs (graphs when captured), then eager: the
+    // difference is the host's cost per step.
+    let fast = sweep(args, &mut gp, &input[..pi], po)?;
+    gp.set_graphs(false);
+    let eager = sweep(args, &mut gp, &input[..pi], po);
+    gp.set_graphs(true);
+    let (mut line, mut gpu_line, mut eager_line) = (String::new(), String::new(), String::new());
+    for (l, e) in fast.iter().zip(eager?) {
         writeln!(
             csv,
-            "{name},{},{:.4},{:.4},{:.1}",
+            "{name},{},{:.4},{:.4},{:.1},{:.4},{:.4},{:.4}",
             l.batch,
             l.p50,
             l.p90,
-            l.batch as f64 / l.p50 * 1e3
+            l.batch as f64 / l.p50 * 1e3,
+            l.gpu_p50,
+            e.p50,
+            e.gpu_p50
         )?;
         line.push_str(&format!(" b{}:{:.2}ms", l.batch, l.p50));
+        gpu_line.push_str(&format!(" b{}:{:.2}ms", l.batch, l.gpu_p50));
+        eager_line.push_str(&format!(" b{}:{:.2}ms", e.batch, e.p50));
     }
     println!("{name:20} latency p50{line}");
+    println!("{name:20} GPU time p50{gpu_line}");
+    println!("{name:20} eager p50{eager_line}");
     Ok(ok)
 }
 

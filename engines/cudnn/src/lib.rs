@@ -47,6 +47,7 @@ use kp_cuda::cudarc::driver::sys::CUevent_flags;
 use kp_cuda::cudarc::driver::CudaEvent;
 use kp_cuda::dnn::{
     self, Act, ConvOp, ConvSpec, DeviceF32, Dnn, LrnOp, LrnSpec, Nchw, PoolOp, PoolSpec, SoftmaxOp,
+    StepGraph,
 };
 use kp_cuda::gather::GatherShape;
 use kp_cuda::{Gpu, GpuError, PoolGather};
@@ -71,6 +72,8 @@ pub struct GpuPlan {
     run: Option<Configured>,
     pool: Option<PoolGather>,
     stats: GpuStats,
+    /// Whether batches replay the captured graphs (when there are any).
+    use_graphs: bool,
 }
 
 /// What a [`GpuPlan`] measured on its GPU.
@@ -97,9 +100,42 @@ struct Configured {
     workspace: DeviceF32,
     /// `per_batch[b - 1][step]`: the library ops of each step at batch `b`.
     per_batch: Vec<Vec<StepOp>>,
+    /// `graphs[b - 1]`: the steps at batch `b` captured as one CUDA graph;
+    /// empty when capturing failed (`graphs_error` says why).
+    graphs: Vec<StepGraph>,
+    graphs_error: Option<String>,
     /// Start of a batch's work on the stream, its input on the device,
     /// its end.
     events: (CudaEvent, CudaEvent, CudaEvent),
+}
+
+/// How a configured [`GpuPlan`] runs its steps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepLaunch {
+    /// One CUDA graph launch per batch (captured at `configure` for every
+    /// batch size); `nodes` is the largest batch's graph size.
+    Graphs {
+        /// Nodes of the largest batch's graph.
+        nodes: usize,
+    },
+    /// One host call per step (graphs turned off).
+    Eager,
+    /// One host call per step because capturing failed: the reason.
+    EagerCaptureFailed(String),
+}
+
+impl std::fmt::Display for StepLaunch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StepLaunch::Graphs { nodes } => {
+                write!(f, "CUDA graphs ({nodes} nodes at the largest batch)")
+            }
+            StepLaunch::Eager => write!(f, "eager (graphs off)"),
+            StepLaunch::EagerCaptureFailed(why) => {
+                write!(f, "eager (capturing a CUDA graph failed: {why})")
+            }
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -142,7 +178,27 @@ impl GpuPlan {
             run: None,
             pool: None,
             stats: GpuStats::default(),
+            use_graphs: true,
         })
+    }
+
+    /// Whether batches replay the CUDA graphs captured at `configure` (the
+    /// default) or enqueue each step from the host; both give the same
+    /// bits (`make gpu-check` checks it).
+    pub fn set_graphs(&mut self, on: bool) {
+        self.use_graphs = on;
+    }
+
+    /// How batches run their steps now.
+    pub fn step_launch(&self) -> StepLaunch {
+        match &self.run {
+            Some(run) if self.use_graphs => match (run.graphs.last(), &run.graphs_error) {
+                (Some(g), _) => StepLaunch::Graphs { nodes: g.nodes() },
+                (None, Some(why)) => StepLaunch::EagerCaptureFailed(why.clone()),
+                (None, None) => StepLaunch::Eager,
+            },
+            _ => StepLaunch::Eager,
+        }
     }
 
     /// The plan.
@@ -167,8 +223,11 @@ impl GpuPlan {
 
     /// Prepares every batch size up to `max_batch`: cuDNN descriptors and
     /// algorithms, the arena, the workspace; then runs one warm-up batch of
-    /// the largest size (first launches load kernels, the libraries pick
-    /// their code paths).
+    /// each size (first launches load kernels, the libraries pick their
+    /// code paths) and captures the steps of every batch size as a
+    /// CUDA graph. A batch then costs one graph launch instead of a host
+    /// call per kernel (hundreds for densenet121). When capturing fails
+    /// the plan runs eagerly and [`GpuPlan::step_launch`] says why.
     pub fn configure(&mut self, max_batch: usize) -> Result<(), GpuError> {
         if max_batch == 0 {
             return Err(GpuError::Bounds("max_batch must be at least 1".into()));
@@ -204,21 +263,59 @@ impl GpuPlan {
             arena: DeviceF32::zeros(d, self.plan.arena_per_sample * max_batch)?,
             workspace: DeviceF32::zeros(d, ws_bytes.div_ceil(4))?,
             per_batch,
+            graphs: Vec::new(),
+            graphs_error: None,
             events: (event()?, event()?, event()?),
         };
-        run_steps(
-            d,
-            &self.plan,
-            &run.per_batch[max_batch - 1],
-            max_batch,
-            &mut run.arena,
-            &self.params,
-            &mut run.workspace,
-        )?;
+        // One eager batch of every size first: the libraries load the
+        // kernels each size uses (lazily, by default) outside any capture.
+        for b in 1..=max_batch {
+            run_steps(
+                d,
+                &self.plan,
+                &run.per_batch[b - 1],
+                b,
+                &mut run.arena,
+                &self.params,
+                &mut run.workspace,
+            )?;
+        }
         d.stream().synchronize().map_err(|error| GpuError::Cuda {
-            what: "the warm-up batch",
+            what: "the warm-up batches",
             error,
         })?;
+        // The graphs read and write the arena and the workspace (owned by
+        // `run`, with the graphs) and the parameters (owned by the plan,
+        // which owns `run`) at fixed addresses: nothing is freed while a
+        // graph can still be launched.
+        let plan = &self.plan;
+        let params = &self.params;
+        let captured = (1..=max_batch)
+            .map(|b| {
+                let Configured {
+                    per_batch,
+                    arena,
+                    workspace,
+                    ..
+                } = &mut run;
+                d.capture(|d| run_steps(d, plan, &per_batch[b - 1], b, arena, params, workspace))
+            })
+            .collect::<Result<Vec<_>, _>>();
+        match captured {
+            Ok(graphs) => {
+                let replayed = graphs[max_batch - 1].launch().and_then(|()| {
+                    d.stream().synchronize().map_err(|error| GpuError::Cuda {
+                        what: "the first graph replay",
+                        error,
+                    })
+                });
+                match replayed {
+                    Ok(()) => run.graphs = graphs,
+                    Err(e) => run.graphs_error = Some(e.to_string()),
+                }
+            }
+            Err(e) => run.graphs_error = Some(e.to_string()),
+        }
         self.stats = GpuStats {
             memory_bytes: 4 * (self.params.len() + run.arena.len() + run.workspace.len()) as u64,
             ..GpuStats::default()
@@ -331,15 +428,18 @@ impl GpuPlan {
             .1
             .record(d.stream())
             .map_err(timing("recording an event"))?;
-        run_steps(
-            d,
-            &self.plan,
-            &run.per_batch[batch - 1],
-            batch,
-            &mut run.arena,
-            &self.params,
-            &mut run.workspace,
-        )?;
+        match run.graphs.get(batch - 1) {
+            Some(graph) if self.use_graphs => graph.launch()?,
+            _ => run_steps(
+                d,
+                &self.plan,
+                &run.per_batch[batch - 1],
+                batch,
+                &mut run.arena,
+                &self.params,
+                &mut run.workspace,
+            )?,
+        }
         run.events
             .2
             .record(d.stream())

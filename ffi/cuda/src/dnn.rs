@@ -324,6 +324,42 @@ struct Kernels {
     transpose: CudaFunction,
 }
 
+/// Work captured from the [`Dnn`]'s stream (a CUDA graph, instantiated
+/// and uploaded), replayed with one launch: the steps of one batch size,
+/// without a host call per kernel. What it captured reads and writes
+/// fixed device addresses (the arena, the parameters, the workspace), so
+/// it stays valid while those buffers live; [`Dnn::capture`] says which.
+pub struct StepGraph {
+    graph: cudarc::driver::CudaGraph,
+    nodes: usize,
+}
+
+impl std::fmt::Debug for StepGraph {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepGraph")
+            .field("nodes", &self.nodes)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: a CUDA graph and its executable instance may be used from any host
+// thread as long as no two threads use them at once (the driver's graph
+// thread-safety rules); a `StepGraph` is owned by one value and launched
+// through `&self` of an owner that is `Send`, not `Sync`.
+unsafe impl Send for StepGraph {}
+
+impl StepGraph {
+    /// Enqueues the captured work on the stream it was captured from.
+    pub fn launch(&self) -> Result<(), GpuError> {
+        self.graph.launch().map_err(cuda("launching a CUDA graph"))
+    }
+
+    /// The kernels and library calls' nodes it holds.
+    pub fn nodes(&self) -> usize {
+        self.nodes
+    }
+}
+
 /// cuDNN, cuBLAS and the step kernels on one GPU's stream.
 #[derive(Debug)]
 pub struct Dnn {
@@ -405,6 +441,42 @@ impl Dnn {
         self.ctx
             .bind_to_thread()
             .map_err(cuda("binding the context"))
+    }
+
+    /// Captures what `enqueue` puts on the stream into a [`StepGraph`]
+    /// instead of running it. The buffers `enqueue` touches must outlive
+    /// the graph. Nothing runs: a failure (a library call that cannot be
+    /// captured, say) ends the capture and leaves the stream as it was.
+    pub fn capture(
+        &self,
+        enqueue: impl FnOnce(&Dnn) -> Result<(), GpuError>,
+    ) -> Result<StepGraph, GpuError> {
+        use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+        self.bind()?;
+        self.stream
+            .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+            .map_err(cuda("beginning a stream capture"))?;
+        let enqueued = enqueue(self);
+        // Always ended, also after a failure: a stream left capturing
+        // refuses all later work.
+        let ended = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        enqueued?;
+        let graph = ended
+            .map_err(cuda("ending a stream capture"))?
+            .ok_or(GpuError::Library {
+                what: "a stream capture",
+                error: "captured no work".into(),
+            })?;
+        let mut nodes = 0usize;
+        // SAFETY: `graph.cu_graph()` is the live graph `graph` owns; with a
+        // null node array the call only writes the count to `nodes`.
+        unsafe {
+            cudarc::driver::sys::cuGraphGetNodes(graph.cu_graph(), std::ptr::null_mut(), &mut nodes)
+        }
+        .result()
+        .map_err(cuda("counting a graph's nodes"))?;
+        graph.upload().map_err(cuda("uploading a CUDA graph"))?;
+        Ok(StepGraph { graph, nodes })
     }
 
     fn grid(total: u64) -> LaunchConfig {
