@@ -3,10 +3,11 @@
 //!
 //! `kp-if --model models/squeezenet/config.toml --control ENDPOINT -- EAL`
 //!
-//! Start-up: load the model into its engine (ONNX Runtime or tract, with the
-//! configured intra-op threads), attach to the if-manager's shared memory
-//! (`--proc-type secondary`, same `--file-prefix`, a distinct lcore id),
-//! register the IF's ring and say `ready`; then serve until SIGINT/SIGTERM
+//! Start-up: attach to the if-manager's shared memory (`--proc-type
+//! secondary`, same `--file-prefix`, a distinct lcore id; first, because a
+//! GPU engine's CUDA start-up reserves the addresses DPDK maps that memory
+//! at), load the model into its engine (ONNX Runtime, tract, or a GPU
+//! engine), register the IF's ring and say `ready`; then serve until SIGINT/SIGTERM
 //! (or `--exit-when-idle`), say `goodbye`, print the final report as one
 //! JSON object and leave no hugepage memory behind.
 
@@ -24,7 +25,7 @@ use kp_schema::messages::{IfMessage, IfStatus, Publication, Readiness, ReadyRole
 use kp_schema::model::ModelConfig;
 use kp_wire::IfId;
 use libml::batching::{BatchConfig, BatchPolicy};
-use libml::engine::EngineConfig;
+use libml::engine::{EngineConfig, Framework, ModelInfo};
 use libml::names;
 use libml::pool::{InputLayout, InputPool};
 use libml::reassembly::{Reassembler, ReassemblerConfig};
@@ -221,13 +222,65 @@ fn run(mut args: Args) -> Result<()> {
     args.engine.apply(&mut model);
     let layout = InputLayout::for_model(&model)?;
 
-    // Pinned before the engine exists: its thread pool inherits the mask.
+    // The EAL before the engine. A DPDK secondary maps the primary's
+    // hugepage memory at the primary's addresses (from 0x100000000 up, a
+    // 16 GiB reservation), and a GPU engine's CUDA start-up reserves
+    // address ranges there: opened first, it left every GPU IF unable to
+    // start ("Cannot reserve 17179869184 bytes at [0x100200000]", seen on
+    // the H200 machine). DPDK applications that use CUDA start it after
+    // rte_eal_init for this reason.
+    let mut argv = vec!["kp-if".to_string()];
+    argv.extend(args.eal.iter().cloned());
+    let eal = Eal::init(&argv).context("DPDK EAL initialisation (secondary)")?;
+    if eal.process_type() != ProcessType::Secondary {
+        let _ = eal.cleanup();
+        bail!("kp-if must run as a DPDK secondary process (--proc-type secondary)");
+    }
+    // The EAL pins this thread to its main lcore's CPUs; `--cores` wins
+    // (the engine's threads inherit the mask).
     if let Some(Cores(cores)) = &args.cores {
         kp_os::affinity::set_current_thread_cpus(cores)
             .with_context(|| format!("pinning to cores {cores:?}"))?;
     }
-    // The engine first: a model that cannot load should fail before we
-    // attach to anything.
+    // The engine before anything is attached: a model that cannot load
+    // fails before the IF registers its ring or says ready.
+    let loaded = load_engine(&args, &model, layout);
+    let (mut engine, layout, info, max_batch) = match loaded {
+        Ok(loaded) => loaded,
+        Err(e) => {
+            let _ = eal.cleanup();
+            return Err(e);
+        }
+    };
+    let setup = Setup {
+        args: &args,
+        model: &model,
+        layout: &layout,
+        max_batch,
+        output_elems: info.output_elems(),
+    };
+    let result = attach_and_serve(&setup, &mut *engine, &eal);
+    engine.deinit();
+    let report = result?;
+    eal.cleanup().context("DPDK cleanup")?;
+
+    let text = serde_json::to_string(&report)?;
+    println!("{text}");
+    if let Some(p) = &args.stats_json {
+        std::fs::write(p, format!("{text}\n"))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// The engine of `model`: initialised, the model loaded and checked against
+/// the configured input, configured for the largest batch; with the pool
+/// layout the engine wants (raw bytes when it normalises images itself).
+fn load_engine(
+    args: &Args,
+    model: &ModelConfig,
+    layout: InputLayout,
+) -> Result<(Box<dyn Framework>, InputLayout, ModelInfo, usize)> {
     let mut engine = engine_for(model.engine)?;
     engine.init(&EngineConfig {
         intra_op_threads: model.intra_op_threads.max(1),
@@ -251,32 +304,7 @@ fn run(mut args: Args) -> Result<()> {
     };
     let max_batch = args.max_batch.clamp(1, args.capacity);
     engine.configure_batch(max_batch)?;
-
-    let mut argv = vec!["kp-if".to_string()];
-    argv.extend(args.eal.iter().cloned());
-    let eal = Eal::init(&argv).context("DPDK EAL initialisation (secondary)")?;
-    if eal.process_type() != ProcessType::Secondary {
-        bail!("kp-if must run as a DPDK secondary process (--proc-type secondary)");
-    }
-    let setup = Setup {
-        args: &args,
-        model: &model,
-        layout: &layout,
-        max_batch,
-        output_elems: info.output_elems(),
-    };
-    let result = attach_and_serve(&setup, &mut *engine, &eal);
-    engine.deinit();
-    let report = result?;
-    eal.cleanup().context("DPDK cleanup")?;
-
-    let text = serde_json::to_string(&report)?;
-    println!("{text}");
-    if let Some(p) = &args.stats_json {
-        std::fs::write(p, format!("{text}\n"))
-            .with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
+    Ok((engine, layout, info, max_batch))
 }
 
 /// What an IF serves with, decided before it attaches to the platform.
