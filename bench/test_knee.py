@@ -61,6 +61,27 @@ class Knee(unittest.TestCase):
                 summary = [(r["model"], r["batch"], r["knee_pct"]) for r in csv.DictReader(f)]
             self.assertEqual(summary, [("squeezenet", "1", "10"), ("vgg19", "8", "100")])
 
+    def test_the_plot_has_a_line_per_batch_and_rings_each_knee(self):
+        import xml.dom.minidom
+
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "knee.csv"
+            rows = []
+            for pct in (10, 50, 100):
+                rows.append([pct, "", 132, "squeezenet", 1, 1.0, 1.2, {10: 900, 50: 1000, 100: 1000}[pct]])
+                rows.append([pct, "", 132, "squeezenet", 8, 1.0, 1.2, {10: 300, 50: 900, 100: 1000}[pct]])
+                rows.append([pct, "", 132, "vgg19", 8, 8.0, 9.0, {10: 150, 50: 700, 100: 1000}[pct]])
+            write(path, rows)
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(knee.main([str(path), "--plot", str(Path(d) / "k.svg"), "--note", "H200"]), 0)
+            doc = xml.dom.minidom.parse(str(Path(d) / "k.svg"))
+            self.assertEqual(len(doc.getElementsByTagName("polyline")), 3)
+            rings = [c for c in doc.getElementsByTagName("circle") if c.getAttribute("fill") == "none"]
+            self.assertEqual(len(rings), 3)
+            dots = [c for c in doc.getElementsByTagName("circle") if c.getAttribute("fill") != "none"]
+            self.assertEqual(len(dots), 9)
+            self.assertIn("H200", (Path(d) / "k.svg").read_text())
+
     def test_an_empty_sweep_is_an_error(self):
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "knee.csv"

@@ -40,4 +40,4 @@ for pct in ${KNEE_PCTS:-10 20 30 40 50 60 70 80 90 100}; do
   fi
 done
 echo "gpu-knee: sweep done in $((SECONDS - t0)) s" >&2
-python3 "$here/knee.py" "$out/knee.csv"
+python3 "$here/knee.py" "$out/knee.csv" --plot "$out/knee.svg"

@@ -9,11 +9,11 @@ throughput (images/s at the median batch time) reaches `--fraction`
 (default 0.9) of the best throughput over all percentages measured. The
 table gives the throughput at every percentage, the knee, and p99 latency
 at the knee; `knee-summary.csv` beside the input holds model, batch,
-knee_pct, best images/s and p99 ms at the knee. With `--plot FILE.svg`
-(and matplotlib), throughput against percentage per model, one line per
-batch size: GSLICE's knee curves.
+knee_pct, best images/s and p99 ms at the knee. With `--plot FILE.svg`,
+throughput against percentage per model, one line per batch size, the
+knees ringed: GSLICE's knee curves (plain SVG, no plotting library).
 
-    python3 scripts/knee.py OUT/knee.csv [--fraction 0.9] [--plot knee.svg]
+    python3 scripts/knee.py OUT/knee.csv [--fraction 0.9] [--plot knee.svg] [--note TEXT]
 """
 
 import argparse
@@ -47,6 +47,7 @@ def main(argv):
     ap.add_argument("csv", type=Path)
     ap.add_argument("--fraction", type=float, default=0.9)
     ap.add_argument("--plot", type=Path)
+    ap.add_argument("--note", default="", help="a line under the plot's title (GPU, date, commit)")
     args = ap.parse_args(argv)
     points, sms = read(args.csv)
     if not points:
@@ -77,33 +78,68 @@ def main(argv):
         ks = [k for mm, _, k, _, _ in rows if mm == m]
         print(f"{m}: knee {min(ks):g}% to {max(ks):g}% over batch sizes")
     if args.plot:
-        plot(points, pcts, models, args.plot)
+        plot(points, pcts, models, args.plot, args.fraction, args.note)
     return 0
 
 
-def plot(points, pcts, models, path):
-    try:
-        import matplotlib
+COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("knee: no matplotlib: no plot", file=sys.stderr)
-        return
-    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
-    for ax, m in zip(axes[0], models):
-        for (model, batch), curve in sorted(points.items()):
-            if model != m:
-                continue
-            xs = [p for p in pcts if p in curve]
-            ax.plot(xs, [curve[p][0] for p in xs], marker="o", ms=3, label=f"batch {batch}")
-        ax.set_title(m)
-        ax.set_xlabel("CUDA MPS active thread %")
-        ax.set_ylabel("images/s")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path)
+
+def svg(points, pcts, models, fraction, note=""):
+    """GSLICE's knee curves as SVG text (no plotting library): one panel per
+    model, images/s against the MPS percentage, one line per batch size, the
+    knee of each line ringed."""
+    import html
+
+    pw, ph, ml, mt, gap = 300, 220, 62, 52, 40
+    W = ml + len(models) * (pw + gap) + 90
+    H = mt + ph + 60
+    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+         'font-family="DejaVu Sans, Arial, sans-serif" font-size="11">',
+         f'<rect width="{W}" height="{H}" fill="white"/>',
+         f'<text x="{ml}" y="18" font-size="14" font-weight="bold">Throughput against the CUDA MPS share '
+         f'(knee: smallest share at {fraction:g} of the best, ringed)</text>',
+         f'<text x="{ml}" y="34" fill="#555">{html.escape(note)}</text>']
+    batches = sorted({b for (_, b) in points})
+    for i, m in enumerate(models):
+        x0 = ml + i * (pw + gap)
+        curves = {b: c for (mm, b), c in points.items() if mm == m}
+        top = max(t for c in curves.values() for t, _ in c.values()) * 1.08
+        X = lambda p: x0 + pw * p / 100.0  # noqa: E731
+        Y = lambda v: mt + ph * (1 - v / top)  # noqa: E731
+        o.append(f'<text x="{x0 + pw / 2}" y="{mt - 6}" text-anchor="middle" font-weight="bold">'
+                 f'{html.escape(m)}</text>')
+        for p in range(0, 101, 20):
+            o.append(f'<line x1="{X(p):.1f}" y1="{mt}" x2="{X(p):.1f}" y2="{mt + ph}" stroke="#eee"/>'
+                     f'<text x="{X(p):.1f}" y="{mt + ph + 14}" text-anchor="middle">{p}</text>')
+        for k in range(6):
+            v = top / 1.08 * k / 5
+            o.append(f'<line x1="{x0}" y1="{Y(v):.1f}" x2="{x0 + pw}" y2="{Y(v):.1f}" stroke="#f0f0f0"/>'
+                     f'<text x="{x0 - 4}" y="{Y(v) + 4:.1f}" text-anchor="end">{v:.0f}</text>')
+        o.append(f'<rect x="{x0}" y="{mt}" width="{pw}" height="{ph}" fill="none" stroke="#444"/>')
+        o.append(f'<text x="{x0 + pw / 2}" y="{mt + ph + 30}" text-anchor="middle">MPS active thread %</text>')
+        for b, c in sorted(curves.items()):
+            colour = COLOURS[batches.index(b) % len(COLOURS)]
+            xs = [p for p in pcts if p in c]
+            pts = " ".join(f"{X(p):.1f},{Y(c[p][0]):.1f}" for p in xs)
+            o.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.6" points="{pts}"/>')
+            for p in xs:
+                o.append(f'<circle cx="{X(p):.1f}" cy="{Y(c[p][0]):.1f}" r="2.5" fill="{colour}"/>')
+            k, _ = knee(c, fraction)
+            o.append(f'<circle cx="{X(k):.1f}" cy="{Y(c[k][0]):.1f}" r="6" fill="none" stroke="{colour}" '
+                     'stroke-width="1.5"/>')
+    o.append(f'<text transform="translate(16,{mt + ph / 2}) rotate(-90)" text-anchor="middle">images/s</text>')
+    lx = ml + len(models) * (pw + gap) - gap + 14
+    for j, b in enumerate(batches):
+        colour = COLOURS[j % len(COLOURS)]
+        o.append(f'<line x1="{lx}" y1="{mt + 8 + 16 * j}" x2="{lx + 20}" y2="{mt + 8 + 16 * j}" '
+                 f'stroke="{colour}" stroke-width="3"/><text x="{lx + 24}" y="{mt + 12 + 16 * j}">batch {b}</text>')
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+def plot(points, pcts, models, path, fraction=0.9, note=""):
+    Path(path).write_text(svg(points, pcts, models, fraction, note))
     print(f"knee: plot in {path}")
 
 
