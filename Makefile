@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers chaos overload fuzz miri gpu-bundle gpu-check gpu-platform-bundle gpu-platform lint fmt clean
+.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers chaos overload fuzz miri gpu-bundle gpu-check gpu-platform-bundle gpu-platform gpu-all lint fmt clean
 
 all: build
 
@@ -189,6 +189,11 @@ gpu-platform-bundle: build
 
 gpu-platform:
 	scripts/gpu-platform.sh
+
+# Both on a GPU server in one command under 10 minutes (the platform, then
+# the checks; scripts/gpu-all.sh): what one device-tool call runs.
+gpu-all:
+	scripts/gpu-all.sh
 
 lint: setup
 	$(CARGO) fmt --all -- --check
