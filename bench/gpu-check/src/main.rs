@@ -191,7 +191,8 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
                 rng ^= rng << 17;
                 order.swap(i, (rng % (i as u64 + 1)) as usize);
             }
-            let host_descs = gather::descriptors(order[..batch].iter().map(|s| (s * req) as u64));
+            let host_descs: Vec<_> =
+                gather::descriptors(order[..batch].iter().map(|s| (s * req) as u64)).collect();
             let descs = stream.clone_htod(&host_descs)?;
             let elems = batch * shape.request_elems() as usize;
             let mut out = stream.alloc_zeros::<f32>(elems)?;
@@ -381,7 +382,10 @@ fn knee(args: &Args, gpu: &Gpu, dir: &Path) -> Result<()> {
         let (g, dnn) = kp_engine_cudnn::open(args.device)?;
         let mut gp = GpuPlan::new(g, dnn, plan)?;
         gp.configure(args.max_batch)?;
-        println!("knee point: MPS {pct}% {name:16} steps: {}", gp.step_launch());
+        println!(
+            "knee point: MPS {pct}% {name:16} steps: {}",
+            gp.step_launch()
+        );
         let sample = sample_input(name.len() as u64, 1, pi);
         let mut line = String::new();
         for l in sweep(args, &mut gp, &sample, po)? {
@@ -517,7 +521,11 @@ fn check_model(
     );
     println!(
         "{name:20} steps run as {launch}; eager steps give {}",
-        if graphs_same { "the same bits" } else { "DIFFERENT bits" }
+        if graphs_same {
+            "the same bits"
+        } else {
+            "DIFFERENT bits"
+        }
     );
     println!(
         "{name:20} in place (the IF's path: slots of a pinned pool gathered on the device): {}; batch {}: {:.3} ms gathered vs {:.3} ms copied ({:.2}x)",
@@ -661,7 +669,7 @@ fn raw_images(gp: &mut GpuPlan, h: usize, w: usize) -> Result<bool> {
     };
     let offsets = [2 * req as u64, 0];
     let mut input = vec![0.0f32; 2 * req];
-    let descs = gather::descriptors(offsets);
+    let descs: Vec<_> = gather::descriptors(offsets).collect();
     gather::gather_cpu(pool, &descs, shape, &gather::rgb_lut(MEAN, STD), &mut input)?;
     let mut want = vec![0.0f32; 2 * po];
     gp.run(&input, 2, &mut want)?;

@@ -35,8 +35,11 @@ pub struct GatherDesc {
 }
 
 /// The descriptors of a batch whose requests sit at `slot_offsets` (bytes
-/// into the pool), in batch order.
-pub fn descriptors(slot_offsets: impl IntoIterator<Item = u64>) -> Vec<GatherDesc> {
+/// into the pool), in batch order (an iterator: the IF's per-batch path
+/// fills a buffer it keeps, allocating nothing).
+pub fn descriptors(
+    slot_offsets: impl IntoIterator<Item = u64>,
+) -> impl Iterator<Item = GatherDesc> {
     slot_offsets
         .into_iter()
         .enumerate()
@@ -45,7 +48,6 @@ pub fn descriptors(slot_offsets: impl IntoIterator<Item = u64>) -> Vec<GatherDes
             dst_index: i as u32,
             reserved: 0,
         })
-        .collect()
 }
 
 /// The per-channel table of `rgb_u8_hwc` normalisation:
@@ -151,6 +153,10 @@ pub enum GatherError {
     },
 }
 
+/// Destinations [`validate`] tracks without allocating: batches of up to
+/// 64 times this.
+const TAKEN_WORDS: usize = 16;
+
 /// Checks `descs` against a pool of `pool_len` bytes and a batch tensor of
 /// `out_len` values: what the kernel assumes and cannot check itself.
 pub fn validate(
@@ -170,7 +176,16 @@ pub fn validate(
         });
     }
     let batch = out_len as u64 / per;
-    let mut taken = vec![false; batch as usize];
+    // Which destinations are taken: a bitset on the stack for the batches
+    // an IF runs (no allocation per batch), on the heap beyond.
+    let mut small = [0u64; TAKEN_WORDS];
+    let mut large = Vec::new();
+    let taken: &mut [u64] = if batch <= 64 * TAKEN_WORDS as u64 {
+        &mut small
+    } else {
+        large.resize(batch.div_ceil(64) as usize, 0);
+        &mut large
+    };
     for (index, d) in descs.iter().enumerate() {
         let len = shape.request_bytes();
         if d.src_offset
@@ -184,8 +199,9 @@ pub fn validate(
                 pool: pool_len,
             });
         }
-        match taken.get_mut(d.dst_index as usize) {
-            Some(t) if !*t => *t = true,
+        let (word, bit) = (d.dst_index as usize / 64, 1u64 << (d.dst_index % 64));
+        match taken.get_mut(word) {
+            Some(t) if u64::from(d.dst_index) < batch && *t & bit == 0 => *t |= bit,
             _ => {
                 return Err(GatherError::BadDestination {
                     index,
@@ -329,7 +345,7 @@ mod tests {
         let mut rng = Rng(7);
         let pool: Vec<u8> = (0..7 * stride).map(|_| rng.next() as u8).collect();
         let slots = [5usize, 1, 3];
-        let descs = descriptors(slots.iter().map(|s| (s * stride + 1) as u64));
+        let descs = descriptors(slots.iter().map(|s| (s * stride + 1) as u64)).collect::<Vec<_>>();
         let lut = rgb_lut(MEAN, STD);
         let mut out = vec![f32::NAN; 3 * 3 * h * w];
         gather_cpu(&pool, &descs, shape, &lut, &mut out).unwrap();
@@ -355,7 +371,7 @@ mod tests {
             pool.extend_from_slice(&v.to_le_bytes());
         }
         // Requests 3, 0, 2 of the four in the pool.
-        let descs = descriptors([3u64, 0, 2].map(|r| 2 + r * 24));
+        let descs = descriptors([3u64, 0, 2].map(|r| 2 + r * 24)).collect::<Vec<_>>();
         let mut out = vec![0.0; 18];
         gather_cpu(&pool, &descs, shape, &[], &mut out).unwrap();
         assert_eq!(&out[..6], &values[18..24]);
@@ -365,7 +381,7 @@ mod tests {
 
     #[test]
     fn descriptors_number_the_batch_in_order_and_are_16_bytes() {
-        let d = descriptors([40, 0, 8]);
+        let d = descriptors([40, 0, 8]).collect::<Vec<_>>();
         assert_eq!(d.iter().map(|d| d.dst_index).collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(d[0].src_offset, 40);
         assert_eq!(std::mem::size_of::<GatherDesc>(), 16);
@@ -381,7 +397,14 @@ mod tests {
         let lut = rgb_lut(MEAN, STD);
         let mut out = vec![0.0; 24];
         let pool = vec![0u8; 30];
-        let e = gather_cpu(&pool, &descriptors([0, 20]), shape, &lut, &mut out).unwrap_err();
+        let e = gather_cpu(
+            &pool,
+            &descriptors([0, 20]).collect::<Vec<_>>(),
+            shape,
+            &lut,
+            &mut out,
+        )
+        .unwrap_err();
         assert!(matches!(e, GatherError::OutOfPool { index: 1, .. }), "{e}");
         let twice = [GatherDesc {
             src_offset: 0,
@@ -393,10 +416,55 @@ mod tests {
             matches!(e, GatherError::BadDestination { index: 1, .. }),
             "{e}"
         );
-        let e = gather_cpu(&pool, &descriptors([0]), shape, &lut, &mut out[..5]).unwrap_err();
+        let e = gather_cpu(
+            &pool,
+            &descriptors([0]).collect::<Vec<_>>(),
+            shape,
+            &lut,
+            &mut out[..5],
+        )
+        .unwrap_err();
         assert!(matches!(e, GatherError::Sizes { .. }), "{e}");
-        let e = gather_cpu(&pool, &descriptors([0]), shape, &lut[..10], &mut out).unwrap_err();
+        let e = gather_cpu(
+            &pool,
+            &descriptors([0]).collect::<Vec<_>>(),
+            shape,
+            &lut[..10],
+            &mut out,
+        )
+        .unwrap_err();
         assert!(matches!(e, GatherError::Sizes { .. }), "{e}");
+    }
+
+    #[test]
+    fn destinations_are_checked_on_the_stack_and_beyond_it() {
+        let shape = GatherShape::F32 { elems: 1 };
+        let d = |dst: u32| GatherDesc {
+            src_offset: 0,
+            dst_index: dst,
+            reserved: 0,
+        };
+        // A batch of 4: destination 4 lies inside the stack bitset's words
+        // but outside the batch.
+        assert!(matches!(
+            validate(&[d(0), d(4)], shape, 4, 4, 0),
+            Err(GatherError::BadDestination {
+                index: 1,
+                dst: 4,
+                batch: 4
+            })
+        ));
+        // Batches past the stack bitset (64 · TAKEN_WORDS): every
+        // destination once passes, one twice does not.
+        for batch in [64 * TAKEN_WORDS as u32, 64 * TAKEN_WORDS as u32 + 1, 5000] {
+            let mut descs: Vec<GatherDesc> = (0..batch).rev().map(d).collect();
+            assert_eq!(validate(&descs, shape, 4, batch as usize, 0), Ok(()));
+            descs[7] = d(batch - 1);
+            assert!(matches!(
+                validate(&descs, shape, 4, batch as usize, 0),
+                Err(GatherError::BadDestination { index: 7, .. })
+            ));
+        }
     }
 
     #[test]
