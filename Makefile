@@ -52,7 +52,8 @@ test-models: setup
 
 # Formatting and clippy (-D warnings, so the workspace lints such as
 # undocumented_unsafe_blocks hold) first, then the unit and property tests
-# of every crate (kneepoint-client once more on its own with its `image`
+# of every crate (with KP_REQUIRE_NVRTC=1: the CUDA C kernels must compile
+# with the NVRTC `make setup` puts in .venv; kneepoint-client once more on its own with its `image`
 # feature, which the workspace run turns on only because kp-traffic
 # asks for it), the Python package's tests (python/tests, no platform
 # needed), then the cross-process tests
@@ -62,7 +63,7 @@ test-models: setup
 # report rules) and a smoke run of its harness at tiny loads
 # (kneepoint and a stand-in HTTP server; ~30 s), so that it cannot rot.
 test: lint build models test-models python
-	$(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
+	KP_REQUIRE_NVRTC=1 $(CARGO) test $(CARGO_FLAGS) --workspace --exclude kneepoint-tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-client --features image
 	$(PYTHON) -m unittest discover -s python/tests
 	$(CARGO) test $(CARGO_FLAGS) -p kneepoint-tests -- --test-threads=1

@@ -40,8 +40,12 @@ APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
 # (`make python`, which `make test` runs).
 # tritonclient[http] is the KServe v2 client tests/kserve_gateway.rs runs
 # against kp-gateway; geventhttpclient, its HTTP transport, pinned with it.
+# nvidia-cuda-nvrtc is CUDA's runtime compiler alone (no GPU needed): kp-cuda's
+# tests compile every CUDA C kernel of the GPU path with it (NVRTC, as the
+# GPU IF does at start), so a kernel that does not compile fails `make test`
+# here, not the next run on a GPU.
 PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3" "pillow==12.1.0" "maturin==1.15.0"
-             "tritonclient[http]==2.73.0" "geventhttpclient==2.6.1")
+             "tritonclient[http]==2.73.0" "geventhttpclient==2.6.1" "nvidia-cuda-nvrtc==13.0.88")
 HUGEPAGES_WANTED=${KP_HUGEPAGES:-1024}
 HUGEPAGES_MIN=256
 HUGE_MNT=/dev/hugepages
@@ -70,6 +74,7 @@ import importlib.metadata as m, onnx, onnxruntime, numpy, PIL, tritonclient.http
 assert m.version("onnxruntime") == "1.31.1" and m.version("onnx") == "1.23.2"
 assert m.version("pillow") == "12.1.0" and m.version("maturin") == "1.15.0"
 assert m.version("tritonclient") == "2.73.0" and m.version("geventhttpclient") == "2.6.1"
+assert m.version("nvidia-cuda-nvrtc") == "13.0.88"
 PY
 }
 venv_ok || missing+=("python venv $VENV with onnx + onnxruntime + pillow + maturin + tritonclient")
