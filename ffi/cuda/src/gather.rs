@@ -264,26 +264,35 @@ struct kp_gather_desc {
     unsigned int reserved;
 };
 
+/* The pointers are restrict-qualified (the pool is host memory, the rest
+   distinct device buffers), and each pixel's three bytes are loaded before
+   anything is stored: every load from the pool is a round trip over the
+   bus, and a load the compiler must keep after a possibly aliasing store
+   waits for the one before it. */
 extern "C" __global__ void kp_gather_rgb_u8_hwc(
-    const unsigned char *pool, const struct kp_gather_desc *descs, unsigned int n,
-    const float *lut, float *out, unsigned long long hw)
+    const unsigned char *__restrict__ pool, const struct kp_gather_desc *__restrict__ descs,
+    unsigned int n, const float *__restrict__ lut, float *__restrict__ out, unsigned long long hw)
 {
     unsigned long long total = hw * n;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
          i < total; i += (unsigned long long)gridDim.x * blockDim.x) {
         unsigned long long r = i / hw, p = i % hw;
         struct kp_gather_desc d = descs[r];
+        unsigned char v[3];
         for (unsigned long long c = 0; c < 3; c++) {
             unsigned long long src = d.src_offset + 3 * p + c;
+            v[c] = pool[src];
+        }
+        for (unsigned long long c = 0; c < 3; c++) {
             unsigned long long dst = (unsigned long long)d.dst_index * 3 * hw + c * hw + p;
-            out[dst] = lut[256 * c + pool[src]];
+            out[dst] = lut[256 * c + v[c]];
         }
     }
 }
 
 extern "C" __global__ void kp_gather_f32(
-    const unsigned char *pool, const struct kp_gather_desc *descs, unsigned int n,
-    float *out, unsigned long long elems)
+    const unsigned char *__restrict__ pool, const struct kp_gather_desc *__restrict__ descs,
+    unsigned int n, float *__restrict__ out, unsigned long long elems)
 {
     unsigned long long total = elems * n;
     for (unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -472,7 +481,8 @@ mod tests {
         for expr in [
             "d.src_offset + 3 * p + c",
             "(unsigned long long)d.dst_index * 3 * hw + c * hw + p",
-            "lut[256 * c + pool[src]]",
+            "v[c] = pool[src]",
+            "lut[256 * c + v[c]]",
             "d.src_offset + 4 * e",
             "(unsigned long long)d.dst_index * elems + e",
         ] {
