@@ -13,7 +13,8 @@
 # (when run from a checkout, with python3 having onnx, onnxruntime and
 # numpy; the pinned wheels it needs for labels and the trained model must
 # be in build/wheels/, since nothing is downloaded here: carry them).
-# GPU_CHECK_ONLY limits the models (comma-separated names). After
+# GPU_CHECK_ONLY limits the models (comma-separated names); GPU_CHECK_EAGER=1
+# also times every model with its steps enqueued one by one (graphs off). After
 # kp-gpu-check, scripts/gpu_check_ort.py holds the engine's outputs against
 # this machine's own onnxruntime, and scripts/gpu_torch_eager.py times the
 # same models in PyTorch eager (when python3 has torch) for the comparison;
@@ -77,7 +78,9 @@ fi
 # ONNX Runtime, the eager baseline, the knee): a run on a GPU says all
 # that fails and all it measures; the exit status says it failed.
 set +e
-"$bin" --out "$out" --models "$models" "$@"
+eager=()
+[[ ${GPU_CHECK_EAGER:-0} == 1 ]] && eager=(--compare-eager)
+"$bin" --out "$out" --models "$models" "${eager[@]}" "$@"
 status=$?
 set -e
 if ((status == 2)); then exit 2; fi

@@ -19,7 +19,10 @@
 //!    `--out/engine/<name>/` for scripts/gpu_check_ort.py to hold against
 //!    the machine's own ONNX Runtime; then the latency per batch size
 //!    (1, 2, 4, ... `--max-batch`; median and p90 of `--reps` runs, input
-//!    copy and output read-back included). And the IF's in-place path:
+//!    copy and output read-back included, and the GPU's own time by CUDA
+//!    events). The engine replays a CUDA graph per batch size: its output
+//!    must equal the eager steps' bit for bit; `--compare-eager` also
+//!    times the eager steps. And the IF's in-place path:
 //!    the same two requests in slots of a pinned pool registered by
 //!    address, gathered on the device (`GpuPlan::run_gathered`), must give
 //!    the same bits (for image models also from a pool of raw RGB bytes,
@@ -74,6 +77,11 @@ struct Args {
     /// Only these models of `--models` (comma-separated names).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Also sweep every model with its steps enqueued one by one from the
+    /// host (graphs off): `eager_median_ms` in engine.csv, the host's cost
+    /// per step. Off by default: it doubles the sweep's time.
+    #[arg(long)]
+    compare_eager: bool,
     /// One point of the knee sweep (scripts/gpu-knee.sh runs one process
     /// per CUDA MPS percentage): no gather, no agreement check; the latency
     /// sweep of every model of `--models`, with p99, appended to
@@ -543,29 +551,40 @@ fn check_model(
     // The engine as it runs (graphs when captured), then eager: the
     // difference is the host's cost per step.
     let fast = sweep(args, &mut gp, &input[..pi], po)?;
-    gp.set_graphs(false);
-    let eager = sweep(args, &mut gp, &input[..pi], po);
-    gp.set_graphs(true);
+    let eager = if args.compare_eager {
+        gp.set_graphs(false);
+        let eager = sweep(args, &mut gp, &input[..pi], po);
+        gp.set_graphs(true);
+        Some(eager?)
+    } else {
+        None
+    };
     let (mut line, mut gpu_line, mut eager_line) = (String::new(), String::new(), String::new());
-    for (l, e) in fast.iter().zip(eager?) {
+    for (i, l) in fast.iter().enumerate() {
+        let e = eager.as_ref().map(|e| &e[i]);
+        let cell = |v: Option<f64>| v.map_or_else(String::new, |v| format!("{v:.4}"));
         writeln!(
             csv,
-            "{name},{},{:.4},{:.4},{:.1},{:.4},{:.4},{:.4}",
+            "{name},{},{:.4},{:.4},{:.1},{:.4},{},{}",
             l.batch,
             l.p50,
             l.p90,
             l.batch as f64 / l.p50 * 1e3,
             l.gpu_p50,
-            e.p50,
-            e.gpu_p50
+            cell(e.map(|e| e.p50)),
+            cell(e.map(|e| e.gpu_p50))
         )?;
         line.push_str(&format!(" b{}:{:.2}ms", l.batch, l.p50));
         gpu_line.push_str(&format!(" b{}:{:.2}ms", l.batch, l.gpu_p50));
-        eager_line.push_str(&format!(" b{}:{:.2}ms", e.batch, e.p50));
+        if let Some(e) = e {
+            eager_line.push_str(&format!(" b{}:{:.2}ms", e.batch, e.p50));
+        }
     }
     println!("{name:20} latency p50{line}");
     println!("{name:20} GPU time p50{gpu_line}");
-    println!("{name:20} eager p50{eager_line}");
+    if eager.is_some() {
+        println!("{name:20} eager p50{eager_line}");
+    }
     Ok(ok)
 }
 
