@@ -45,6 +45,18 @@ use crate::{candidates, cuda, Gpu, GpuError};
 /// The step kernels' CUDA C source.
 pub const KERNEL_SOURCE: &str = include_str!("dnn_kernels.cu");
 
+/// The kernels of [`KERNEL_SOURCE`] that [`Dnn::new`] loads, by name.
+pub const STEP_KERNELS: [&str; 8] = [
+    "kp_bias_act",
+    "kp_affine",
+    "kp_add",
+    "kp_act",
+    "kp_pad",
+    "kp_avgpool",
+    "kp_copy_block",
+    "kp_transpose",
+];
+
 /// Threads per block of the step kernels.
 const BLOCK: u32 = 256;
 
@@ -412,15 +424,16 @@ impl Dnn {
             .load_module(ptx)
             .map_err(cuda("loading the step kernels"))?;
         let f = |name: &'static str| module.load_function(name).map_err(cuda(name));
+        let [bias_act, affine, add, act, pad, avgpool, copy_block, transpose] = STEP_KERNELS;
         let k = Kernels {
-            bias_act: f("kp_bias_act")?,
-            affine: f("kp_affine")?,
-            add: f("kp_add")?,
-            act: f("kp_act")?,
-            pad: f("kp_pad")?,
-            avgpool: f("kp_avgpool")?,
-            copy_block: f("kp_copy_block")?,
-            transpose: f("kp_transpose")?,
+            bias_act: f(bias_act)?,
+            affine: f(affine)?,
+            add: f(add)?,
+            act: f(act)?,
+            pad: f(pad)?,
+            avgpool: f(avgpool)?,
+            copy_block: f(copy_block)?,
+            transpose: f(transpose)?,
         };
         Ok(Dnn {
             ctx,

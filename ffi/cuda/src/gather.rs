@@ -250,6 +250,10 @@ pub fn gather_cpu(
     Ok(())
 }
 
+/// The kernels of [`KERNEL_SOURCE`]: `rgb_u8_hwc` requests, `f32_nchw`
+/// requests.
+pub const KERNELS: [&str; 2] = ["kp_gather_rgb_u8_hwc", "kp_gather_f32"];
+
 /// Threads per block of the gather kernels.
 pub const BLOCK: u32 = 256;
 

@@ -462,13 +462,10 @@ impl GatherKernel {
             .ctx
             .load_module(ptx)
             .map_err(cuda("loading the gather module"))?;
+        let [rgb, f32] = gather::KERNELS;
         Ok(GatherKernel {
-            rgb: module
-                .load_function("kp_gather_rgb_u8_hwc")
-                .map_err(cuda("loading kp_gather_rgb_u8_hwc"))?,
-            f32: module
-                .load_function("kp_gather_f32")
-                .map_err(cuda("loading kp_gather_f32"))?,
+            rgb: module.load_function(rgb).map_err(cuda(rgb))?,
+            f32: module.load_function(f32).map_err(cuda(f32))?,
         })
     }
 

@@ -67,21 +67,12 @@ fn every_kernel_compiles_with_nvrtc() {
         (
             "the gather",
             kp_cuda::gather::KERNEL_SOURCE,
-            &["kp_gather_rgb_u8_hwc", "kp_gather_f32"],
+            &kp_cuda::gather::KERNELS,
         ),
         (
             "the step kernels",
             kp_cuda::dnn::KERNEL_SOURCE,
-            &[
-                "kp_bias_act",
-                "kp_affine",
-                "kp_add",
-                "kp_act",
-                "kp_pad",
-                "kp_avgpool",
-                "kp_copy_block",
-                "kp_transpose",
-            ],
+            &kp_cuda::dnn::STEP_KERNELS,
         ),
     ];
     for (what, source, entries) in sources {
