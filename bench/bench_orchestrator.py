@@ -22,6 +22,7 @@ bench/test_bench_orchestrator.py.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import glob
 import json
@@ -295,6 +296,95 @@ def convergence_result(cur: str) -> dict:
     return res
 
 
+# --- impact: switchovers as the clients see them -------------------------------------
+
+# kp-client's --timeout in the harness: an unanswered request was in flight
+# this long.
+CLIENT_TIMEOUT_US = 5_000_000
+
+
+def read_records(paths: list[str]) -> list[dict]:
+    """kp-client --record files (traffic::client::RECORD_HEADER) -> rows
+    with sent/answered as ints (answered None when no answer came)."""
+    rows = []
+    for path in paths:
+        with open(path) as f:
+            for r in csv.DictReader(f):
+                rows.append({"request_id": r["request_id"], "sent": int(r["sent_unix_us"]),
+                             "outcome": r["outcome"],
+                             "answered": int(r["answered_unix_us"]) if r["answered_unix_us"] else None})
+    return rows
+
+
+def near_a_switchover(sent: int, end: int, windows: list[tuple[int, int]], margin_us: int) -> bool:
+    """Whether [sent, end] meets some window widened by margin_us on both
+    sides (windows sorted by their start)."""
+    # Windows that start before the request ends (plus the margin) ...
+    i = bisect.bisect_right(windows, (end + margin_us, float("inf")))
+    # ... of which one ends after it was sent (minus the margin): windows do
+    # not overlap each other, so the last few are enough to look at.
+    return any(w_end + margin_us >= sent for _, w_end in windows[max(0, i - 2):i])
+
+
+def group_stats(rows: list[dict]) -> dict:
+    lat = [(r["answered"] - r["sent"]) / 1e3 for r in rows if r["outcome"] == "ok"]
+    statuses: dict = {}
+    for r in rows:
+        statuses[r["outcome"]] = statuses.get(r["outcome"], 0) + 1
+    return {"requests": len(rows), "ok": len(lat), "failed": len(rows) - len(lat), "statuses": statuses,
+            "latency_ms": {"p50": pct(lat, .5), "p90": pct(lat, .9), "p99": pct(lat, .99),
+                           "max": max(lat) if lat else None}}
+
+
+def switchover_impact(records: list[dict], windows: list, margin_us: int) -> dict:
+    """Requests in flight within margin_us of a switchover window against
+    all the others: latency of the OK ones (ms, from scheduled send to
+    answer) and the failed (any other outcome: a status, unanswered).
+    Target (issue 13): near p99 within 1.5x the others', nothing failed."""
+    ws = sorted((int(a), int(b)) for a, b in windows)
+    near, other = [], []
+    for r in records:
+        end = r["answered"] if r["answered"] is not None else r["sent"] + CLIENT_TIMEOUT_US
+        (near if near_a_switchover(r["sent"], end, ws, margin_us) else other).append(r)
+    n, o = group_stats(near), group_stats(other)
+    ratio = (n["latency_ms"]["p99"] / o["latency_ms"]["p99"]
+             if n["latency_ms"]["p99"] is not None and o["latency_ms"]["p99"] else None)
+    return {"switchovers": len(ws), "margin_ms": margin_us / 1e3, "near": n, "other": o, "p99_ratio": ratio,
+            "meets_target": ratio is not None and ratio <= 1.5 and n["failed"] == 0}
+
+
+def impact_result(cur: str, margin_ms: float) -> dict:
+    """DIR's impact phase -> result.json."""
+    summary = json.loads(host.read(f"{cur}/summary.json").strip().splitlines()[-1])
+    windows = next((i.get("switchover_windows_unix_us", []) for i in summary["ifs"] if i["if_id"] == 1), [])
+    records = read_records(sorted(glob.glob(f"{cur}/record-if1-*.csv")))
+    capacity, rate = (float(v) for v in host.read(f"{cur}/rate.txt").split())
+    res = dict(run_facts(read_json(f"{cur}/meta.json"), host.read(f"{cur}/loadavg.end")),
+               capacity_ok_per_s=capacity, offered_rps=rate, load_fraction=rate / capacity if capacity else None,
+               **switchover_impact(records, windows, int(margin_ms * 1000)))
+    res["clients"] = {name: client_totals(read_json_lines(f"{cur}/client-{name}.jsonl")) for name in ("if1", "if5")}
+    write_json(f"{cur}/result.json", res)
+    return res
+
+
+def impact_markdown(r: dict) -> list[str]:
+    def row(name, g):
+        lat = g["latency_ms"]
+        f = lambda v: f"{v:.2f}" if v is not None else "-"  # noqa: E731
+        return (f"| {name} | {g['requests']} | {g['ok']} | {g['failed']} | {f(lat['p50'])} | {f(lat['p90'])} | "
+                f"{f(lat['p99'])} | {f(lat['max'])} |")
+    ratio = f"{r['p99_ratio']:.2f}" if r["p99_ratio"] is not None else "-"
+    return [f"## Switchovers as clients see them, {r['load_fraction']:.0%} load ({r['date']}, CPUs {r['cpus']}, "
+            f"load average {' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n",
+            f"if 1 capacity {r['capacity_ok_per_s']:.1f} OK/s (closed loop); open loop at {r['offered_rps']:.1f} "
+            f"req/s; {r['switchovers']} switchovers; near = in flight within {r['margin_ms']:g} ms of one\n",
+            "| requests | n | OK | failed | p50 ms | p90 ms | p99 ms | max ms |",
+            "|---|---|---|---|---|---|---|---|",
+            row("near a switchover", r["near"]), row("all others", r["other"]),
+            f"\n- p99 near / others: {ratio} (target at most 1.5, and 0 failed: "
+            f"{'met' if r['meets_target'] else 'not met'}); statuses near {r['near']['statuses']}\n"]
+
+
 # --- the markdown summary ------------------------------------------------------------
 
 def switchover_markdown(r: dict) -> list[str]:
@@ -346,6 +436,8 @@ def summary(out: str) -> str:
         L += switchover_markdown(read_json(s))
     for s in sorted(glob.glob(f"{out}/convergence-*/result.json")):
         L += convergence_markdown(read_json(s))
+    for s in sorted(glob.glob(f"{out}/impact-*/result.json")):
+        L += impact_markdown(read_json(s))
     return "".join(l + "\n" for l in L)
 
 
@@ -391,6 +483,9 @@ def parser() -> argparse.ArgumentParser:
         m.add_argument(f"--{i}", type=host.number, nargs=3, metavar=("SHARE", "SLO_MS", "RATE"), required=True)
     for name in ("switchover", "convergence"):
         sub.add_parser(name, help=f"DIR's {name} results").add_argument("dir")
+    i = sub.add_parser("impact", help="DIR's impact results")
+    i.add_argument("dir")
+    i.add_argument("--margin-ms", type=float, default=10.0)
     sub.add_parser("summary", help="the markdown summary of OUT").add_argument("out")
     return ap
 
@@ -403,6 +498,8 @@ def main() -> int:
         print(json.dumps(switchover_result(a.dir), indent=1))
     elif a.command == "convergence":
         print(json.dumps(convergence_result(a.dir), indent=1))
+    elif a.command == "impact":
+        print(json.dumps(impact_result(a.dir, a.margin_ms), indent=1))
     elif a.command == "summary":
         sys.stdout.write(summary(a.out))
     return 0

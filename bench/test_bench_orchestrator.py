@@ -137,6 +137,79 @@ class Convergence(unittest.TestCase):
                          ["if 1 on kp_if_1 [0, 1]", "if 1 on kp_if_1 [1]"])
 
 
+class Impact(unittest.TestCase):
+    """Switchovers as clients see them: which requests were in flight near
+    one, and how those fared against the others."""
+
+    @staticmethod
+    def rec(sent, latency_us, outcome="ok"):
+        return {"request_id": str(sent), "sent": sent, "outcome": outcome,
+                "answered": sent + latency_us if latency_us is not None else None}
+
+    def test_in_flight_within_the_margin_of_a_window(self):
+        w = [(1_000_000, 1_000_500), (5_000_000, 5_000_200)]
+        near = lambda s, e: bo.near_a_switchover(s, e, w, 10_000)  # noqa: E731
+        self.assertTrue(near(999_000, 1_000_100))    # across the window
+        self.assertTrue(near(1_010_400, 1_020_000))  # sent 9.9 ms after it ended
+        self.assertFalse(near(1_010_600, 1_020_000))  # 10.1 ms after
+        self.assertTrue(near(980_000, 990_100))      # answered 9.9 ms before it began
+        self.assertFalse(near(900_000, 989_000))     # 11 ms before
+        self.assertTrue(near(4_995_000, 4_996_000))  # the second window
+        self.assertFalse(near(3_000_000, 3_001_000))
+        self.assertFalse(bo.near_a_switchover(0, 1, [], 10_000))
+
+    def test_near_against_the_others(self):
+        w = [[1_000_000, 1_000_500]]
+        records = [self.rec(2_000_000 + 10_000 * i, 8_000) for i in range(98)]  # far: 8 ms
+        records += [self.rec(995_000, 20_000), self.rec(1_000_200, 10_000)]    # near: 20 and 10 ms
+        records += [self.rec(1_001_000, None, "unanswered"), self.rec(3_500_000, 9_000, "overloaded")]
+        r = bo.switchover_impact(records, w, 10_000)
+        self.assertEqual(r["switchovers"], 1)
+        self.assertEqual((r["near"]["requests"], r["near"]["ok"], r["near"]["failed"]), (3, 2, 1))
+        self.assertEqual(r["near"]["statuses"], {"ok": 2, "unanswered": 1})
+        self.assertEqual((r["other"]["requests"], r["other"]["ok"], r["other"]["failed"]), (99, 98, 1))
+        self.assertEqual(r["near"]["latency_ms"]["p99"], 20.0)
+        self.assertEqual(r["other"]["latency_ms"]["p99"], 8.0)
+        self.assertEqual(r["p99_ratio"], 2.5)
+        self.assertFalse(r["meets_target"])
+        # Without the failure and the slow one, the target is met.
+        ok = [x for x in records if x["outcome"] == "ok" and x["sent"] != 995_000]
+        r = bo.switchover_impact(ok, w, 10_000)
+        self.assertEqual(r["p99_ratio"], 10.0 / 8.0)
+        self.assertTrue(r["meets_target"])
+
+    def test_result_from_a_phase_directory(self):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            summary = {"ifs": [{"if_id": 1, "switchovers": 1, "switchover_gaps_us": [50.0],
+                                "switchover_windows_unix_us": [[1_000_000, 1_000_500]], "failovers": 0},
+                               {"if_id": 5, "switchovers": 0, "switchover_gaps_us": [],
+                                "switchover_windows_unix_us": [], "failovers": 0}]}
+            Path(d, "summary.json").write_text("log line\n" + json.dumps(summary) + "\n")
+            Path(d, "record-if1-0.csv").write_text(
+                "request_id,sent_unix_us,outcome,answered_unix_us\n1,995000,ok,1005000\n2,3000000,ok,3008000\n")
+            Path(d, "record-if1-1.csv").write_text(
+                "request_id,sent_unix_us,outcome,answered_unix_us\n3,1000100,unanswered,\n")
+            Path(d, "rate.txt").write_text("160.0 80.0\n")
+            Path(d, "meta.json").write_text(json.dumps({"date": "d", "cpus": "0-1", "loadavg_at_start": ["1", "1", "1"],
+                                                        "cpu_pressure_at_start": None}))
+            Path(d, "loadavg.end").write_text("2 2 2\n")
+            piece = {"sent": 3, "answered": 2, "unanswered": 1, "duplicates": 0, "late": 0, "unexpected": 0,
+                     "malformed": 0, "status": {"ok": 2}}
+            Path(d, "client-if1.jsonl").write_text(json.dumps(piece) + "\n")
+            Path(d, "client-if5.jsonl").write_text("")
+            r = bo.impact_result(d, 10.0)
+            self.assertEqual(r["load_fraction"], 0.5)
+            self.assertEqual((r["near"]["requests"], r["near"]["failed"], r["other"]["requests"]), (2, 1, 1))
+            self.assertEqual(r["clients"]["if1"]["errors"], 1)
+            self.assertTrue(Path(d, "result.json").exists())
+            md = bo.impact_markdown(r)
+            self.assertEqual(md[0], "## Switchovers as clients see them, 50% load (d, CPUs 0-1, load average 1 1 1 "
+                                    "-> 2 2 2)\n")
+            self.assertEqual(md[4], "| near a switchover | 2 | 1 | 1 | 10.00 | 10.00 | 10.00 | 10.00 |")
+
+
 class Markdown(unittest.TestCase):
     FACTS = {"date": "2026-11-24 10:00:00 UTC", "cpus": "0-1", "loadavg_at_start": ["1.70", "1.02", "0.87"],
              "loadavg_at_end": ["2.31", "1.95", "1.40"]}

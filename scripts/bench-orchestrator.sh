@@ -51,6 +51,12 @@
 # follow real latency and throughput but its share changes change nothing
 # the IFs run on; docs/PERFORMANCE.md says what this does and does not show.
 #
+# Phase "impact" (not in the default PHASES; issue 13): switchovers as the
+# clients see them, once per fraction of IMPACT_LOADS of if 1's measured
+# capacity: open-loop load on if 1, every request recorded, while
+# IMPACT_SWITCHOVERS switchovers run; requests in flight within
+# IMPACT_MARGIN_MS of a switchover against the others (see phase_impact).
+#
 # Raw data (configs, orchestrator logs, decisions, status polls, kp-client
 # reports, kp-if reports, CSVs, summary JSON) under
 # target/bench/orchestrator/{switchover,convergence-SCENARIO}/; a markdown
@@ -59,7 +65,9 @@
 # Env: PHASES ("switchover convergence"), SWITCHOVERS (100), SETTLE (1 s),
 # FRAG_GAP (20us), CONCURRENCY (2), CHUNK (10 s), SCENARIOS ("too-large
 # too-small"), CONV_DURATION (150 s), TUNING_PERIOD_MS (1000), HOLD_DOWN
-# (10 s, the config's default), MIN_STEP (5), STABLE_K (4); for the custom
+# (10 s, the config's default), MIN_STEP (5), STABLE_K (4); IMPACT_LOADS
+# ("0.5 0.9"), IMPACT_SWITCHOVERS (100), IMPACT_MARGIN_MS (10),
+# CAP_CONCURRENCY (8), CAP_S (10 s); for the custom
 # scenario SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5; CPUS (0-1: the CPUs of the
 # whole benchmark, IFs, if-manager (on the first), orchestrator, clients;
 # with one CPU both IFs share it); PROFILE (release). Elsewhere than in a
@@ -89,6 +97,11 @@ hold_down=${HOLD_DOWN:-10}
 min_step=${MIN_STEP:-5}
 stable_k=${STABLE_K:-4}
 scenarios=${SCENARIOS:-too-large too-small}
+impact_loads=${IMPACT_LOADS:-0.5 0.9}
+impact_switchovers=${IMPACT_SWITCHOVERS:-100}
+impact_margin_ms=${IMPACT_MARGIN_MS:-10}
+cap_concurrency=${CAP_CONCURRENCY:-8}
+cap_s=${CAP_S:-10}
 # Where everything runs: the IFs' cores (the orchestrator's `cores`), the
 # if-manager's lcore (the first of them), the orchestrator and the clients.
 cpus=${CPUS:-0-1}
@@ -254,11 +267,15 @@ kpctl() { "$bin/kpctl" --endpoint "$endpoint" --json "$@"; }
 # client_loop NAME ARGS...: kp-client in CHUNK s pieces until $stopfile
 # exists, one JSON report per piece in NAME.jsonl; request ids disjoint.
 client_loop() {
-  local name=$1 k=0 pidfile="$cur/client-$name.pid"
+  local name=$1 k=0 pidfile="$cur/client-$name.pid" record
   shift
   while [[ ! -e "$stopfile" ]]; do
+    # With RECORD_CLIENTS=1 (the impact phase), each piece also writes one
+    # line per request (record-NAME-K.csv: when sent, how it ended, when).
+    record=()
+    [[ ${RECORD_CLIENTS:-0} == 1 ]] && record=(--record "$cur/record-$name-$k.csv")
     ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
-      --first-request-id $((k * 100000000 + 1)) --duration "${chunk}s" "$@" \
+      --first-request-id $((k * 100000000 + 1)) --duration "${chunk}s" "${record[@]}" "$@" \
       >>"$cur/client-$name.jsonl" 2>>"$cur/client-$name.log" &
     echo $! >"$pidfile"
     wait $! || echo "{\"failed\": $?}" >>"$cur/client-$name.jsonl"
@@ -282,27 +299,16 @@ meta() {
     --if1 "$share1" "$slo1" "$rate1" --if5 "$share5" "$slo5" "$rate5"
 }
 
-# ---------------------------------------------------------------------------
-phase_switchover() {
-  cur="$out/switchover"
-  rm -rf "$cur"
-  mkdir -p "$cur"
-  stopfile="$cur/stop"
-  meta "$cur" switchover
-  busy start
-  say "[switchover] load average $(loadavg); platform up (if 1 squeezenet, if 5 shufflenet, tuning off)"
-  config "$cur/platform.toml" false "1 squeezenet 2000 50" "5 shufflenet 2000 50"
-  start_platform "$cur"
-  echo "$(now)" >"$cur/load.started"
-  start_loop if1 --if-id 1 --concurrency "$concurrency" --frag-gap "$frag_gap"
-  start_loop if5 --if-id 5 --concurrency "$concurrency"
-  sleep 3
-  say "[switchover] $switchovers switchovers of if 1 (share 40 <-> 60) under load"
+# switch_if1 N LABEL: N re-provisions of if 1 under the load already
+# running, `kpctl share 1 40` / `60` alternately, each waited for (status:
+# switchovers + 1 and active), SETTLE s apart; one row each in
+# $cur/switchovers.csv.
+switch_if1() {
   echo "n,target_pct,t_cmd_s,cmd_to_active_ms,gap_us_status,old_pid,new_pid" >"$cur/switchovers.csv"
-  local i pct before s row t0 t1 old new done_ok
+  local n=$1 label=$2 i pct before s row t0 t1 old new done_ok
   local t_load
   t_load=$(cat "$cur/load.started")
-  for ((i = 1; i <= switchovers; i++)); do
+  for ((i = 1; i <= n; i++)); do
     pct=$((i % 2 ? 40 : 60))
     s=$(kpctl status) || die "kpctl status failed"
     row=$(jq -c '.ifs[] | select(.if_id == 1)' <<<"$s")
@@ -333,9 +339,28 @@ phase_switchover() {
     printf '%d,%d,%.3f,%.1f,%s,%s,%s\n' "$i" "$pct" "$(calc "$t0 - $t_load")" \
       "$(calc "($t1 - $t0) * 1000")" "$(jq -r '.last_switchover_gap_us' <<<"$row")" \
       "$old" "$new" >>"$cur/switchovers.csv"
-    if ((i % 10 == 0)); then say "[switchover] $i done (load average $(loadavg))"; fi
+    if ((i % 10 == 0)); then say "[$label] $i done (load average $(loadavg))"; fi
     sleep "$settle"
   done
+}
+
+# ---------------------------------------------------------------------------
+phase_switchover() {
+  cur="$out/switchover"
+  rm -rf "$cur"
+  mkdir -p "$cur"
+  stopfile="$cur/stop"
+  meta "$cur" switchover
+  busy start
+  say "[switchover] load average $(loadavg); platform up (if 1 squeezenet, if 5 shufflenet, tuning off)"
+  config "$cur/platform.toml" false "1 squeezenet 2000 50" "5 shufflenet 2000 50"
+  start_platform "$cur"
+  echo "$(now)" >"$cur/load.started"
+  start_loop if1 --if-id 1 --concurrency "$concurrency" --frag-gap "$frag_gap"
+  start_loop if5 --if-id 5 --concurrency "$concurrency"
+  sleep 3
+  say "[switchover] $switchovers switchovers of if 1 (share 40 <-> 60) under load"
+  switch_if1 "$switchovers" switchover
   sleep 2
   echo "$(now)" >"$cur/load.stopping"
   busy end
@@ -408,11 +433,55 @@ phase_convergence() {
   "$py" "$harness" convergence "$cur"
 }
 
+# ---------------------------------------------------------------------------
+# Phase "impact" (issue 13: switchovers as clients see them), once per
+# fraction of IMPACT_LOADS: the same platform as "switchover"; if 1's
+# capacity measured first (closed loop, CAP_CONCURRENCY outstanding, CAP_S
+# s: OK answers/s); then open-loop Poisson load on if 1 at that fraction of
+# it (every request recorded: record-if1-K.csv) and a light closed loop on
+# if 5, while IMPACT_SWITCHOVERS switchovers of if 1 run SETTLE s apart.
+# The orchestrator's summary gives each switchover's wall-clock window; the
+# harness compares the requests in flight within IMPACT_MARGIN_MS of one
+# with all the others (latency percentiles, failures).
+phase_impact() {
+  local frac=$1 cap rate
+  cur="$out/impact-$frac"
+  rm -rf "$cur"
+  mkdir -p "$cur"
+  stopfile="$cur/stop"
+  meta "$cur" impact
+  busy start
+  config "$cur/platform.toml" false "1 squeezenet 2000 50" "5 shufflenet 2000 50"
+  start_platform "$cur"
+  ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
+    --if-id 1 --concurrency "$cap_concurrency" --duration "${cap_s}s" --first-request-id 900000000001 \
+    >"$cur/capacity.json" 2>"$cur/capacity.log" || die "the capacity run failed: $(tail -n 5 "$cur/capacity.log")"
+  cap=$(jq -r '.status.ok / .send_duration_s' "$cur/capacity.json")
+  rate=$(calc "$cap * $frac")
+  say "[impact $frac] if 1 capacity $(calc "$cap") OK/s; open loop at $rate req/s, $impact_switchovers switchovers"
+  echo "$cap $rate" >"$cur/rate.txt"
+  echo "$(now)" >"$cur/load.started"
+  RECORD_CLIENTS=1 start_loop if1 --if-id 1 --rate "$rate"
+  start_loop if5 --if-id 5 --concurrency 1
+  sleep 3
+  switch_if1 "$impact_switchovers" "impact $frac"
+  sleep 2
+  busy end
+  touch "$stopfile"
+  for p in "${loop_pids[@]}"; do wait "$p" || true; done
+  loop_pids=()
+  client_pidfiles=()
+  stop_platform "$cur"
+  echo "$(loadavg)" >"$cur/loadavg.end"
+  "$py" "$harness" impact "$cur" --margin-ms "$impact_margin_ms"
+}
+
 for p in $phases; do
   case $p in
     switchover) phase_switchover ;;
     convergence) for sc in $scenarios; do phase_convergence "$sc"; done ;;
-    *) die "unknown phase '$p' (switchover, convergence)" ;;
+    impact) for f in $impact_loads; do phase_impact "$f"; done ;;
+    *) die "unknown phase '$p' (switchover, convergence, impact)" ;;
   esac
 done
 

@@ -152,6 +152,12 @@ pub struct Daemon {
     last_tuning: Instant,
     /// Telemetry messages that did not parse as an [`IfMessage`].
     telemetry_rejected: u64,
+    /// Per IF, each completed switchover's window on the wall clock (µs
+    /// since the Unix epoch): from just before the new process was told to
+    /// take over to when it was seen active. The final summary carries
+    /// them, so that a client's per-request record can be set beside them
+    /// (requests in flight across a switchover against the others).
+    switch_windows: BTreeMap<u16, Vec<(u64, u64)>>,
     /// The machine as hwloc sees it, for status.
     topology: Value,
     /// What the metrics endpoint serves, shared with its thread.
@@ -259,6 +265,7 @@ impl Daemon {
             clock: Instant::now(),
             last_tuning: Instant::now(),
             telemetry_rejected: 0,
+            switch_windows: BTreeMap::new(),
             topology: topology_summary,
             metrics,
             last_metrics_view: Instant::now(),
@@ -510,8 +517,13 @@ impl Daemon {
                 };
                 Some(Event::Activated { proc, result })
             }
-            Action::CarryOutSwitch { new, old, .. } => {
+            Action::CarryOutSwitch { if_id, new, old } => {
+                let begin = unix_us();
                 let result = self.carry_out_switch(new, old);
+                if result.is_ok() {
+                    let window = (begin, unix_us());
+                    self.switch_windows.entry(if_id).or_default().push(window);
+                }
                 self.save_state();
                 Some(Event::Switched { proc: new, result })
             }
@@ -1055,6 +1067,7 @@ impl Daemon {
                     "if_id": id,
                     "switchovers": rt.gaps_ns.len(),
                     "switchover_gaps_us": rt.gaps_ns.iter().map(|g| *g as f64 / 1e3).collect::<Vec<_>>(),
+                    "switchover_windows_unix_us": self.switch_windows.get(&id).cloned().unwrap_or_default(),
                     "failovers": rt.failovers,
                 })
             })
@@ -1356,6 +1369,13 @@ fn nic_hint(eal: &[String]) -> NicHint {
         }
     }
     NicHint::Unknown
+}
+
+/// Now on the wall clock, µs since the Unix epoch (0 before it).
+fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
 }
 
 #[cfg(test)]
