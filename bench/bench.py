@@ -78,6 +78,7 @@ import argparse
 import csv
 import importlib.metadata
 import json
+import math
 import os
 import platform
 import re
@@ -639,13 +640,17 @@ class Runner:
         ok = int(rep["status"].get("ok", 0))
         span = float(rep.get("answer_span_s") or 0) or seconds
         rtt = rep["rtt_us"]
+        # Percentiles over every request sent, failures as later than any
+        # OK answer (None: the percentile falls among them, so infinite).
+        late = rep["rtt_failed_as_late_us"]
+        q = lambda k: late[k] / 1000 if late[k] is not None else math.inf  # noqa: E731
         row = {
             "model": self.m["name"], "system": self.sys.name, "level": self.level, "phase": phase,
             "label": label, "window": w, "offered_rps": round(rate, 3), "seconds": round(seconds, 3),
             "seed": seed, "sent": rep["sent"], "ok": ok, "errors": int(rep["answered"]) - ok,
             "unanswered": rep["unanswered"], "duplicates": int(rep.get("duplicates", 0)),
             "ok_per_s": round(ok / span, 3),
-            "p50_ms": rtt["p50"] / 1000, "p90_ms": rtt["p90"] / 1000, "p99_ms": rtt["p99"] / 1000,
+            "p50_ms": q("p50"), "p90_ms": q("p90"), "p99_ms": q("p99"),
             "max_ms": rtt["max"] / 1000, "mean_batch": rep.get("mean_batch_size") or "",
             "lag_p99_ms": rep["lag_us"]["p99"] / 1000 if "lag_us" in rep else "",
             "statuses": json.dumps({k: v for k, v in rep["status"].items() if v} | (
@@ -853,7 +858,9 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
          f"figures are the means of the last three. Warm-up {s.warmup_s:g} s per system. A level meets the "
          "SLO when p99 ≤ SLO, ≤ 1% of requests failed (non-OK answer, e.g. kneepoint's OVERLOADED, or none "
-         "in time). ✗ marks a point that misses it.",
+         "in time). Latency percentiles count every request sent, a failed one as later than any OK answer "
+         "(for every system alike; ∞: the percentile falls among the failures). ✗ marks a point that misses "
+         "the SLO.",
          "- **CPU per request**: CPU time (utime + stime) of all the system's processes over the windows of "
          f"its {int(round(100 * max(s.points))) if s.points else 90}% point, per OK answer; in brackets the "
          "inference process alone. The load generator is not counted.",

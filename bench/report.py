@@ -10,9 +10,15 @@ with nothing installed. Terms:
   each of the three within +-10% of their mean) or --max-windows ran; its
   figures are the means over those last three windows, as perf_analyzer
   reports them;
-- a level *meets the SLO* when its p99 latency is at most the model's SLO,
-  at most 1% of its requests failed (any answer other than OK — kneepoint's
-  OVERLOADED sheds, HTTP errors — or no answer within the timeout). Both
+- latency percentiles count every request sent, a failed one (any answer
+  other than OK — kneepoint's OVERLOADED sheds, HTTP errors — or no answer
+  within the timeout) as later than any OK answer: both load generators
+  report them so (`rtt_failed_as_late_us`), for every system alike, so a
+  system that refuses or drops requests cannot look faster for it. A
+  percentile that falls among the failures is infinite (∞ in the tables);
+- a level *meets the SLO* when its p99 latency is at most the model's SLO
+  (so at most 1% of its requests failed) and at most 1% of its requests
+  failed. Both
   load generators measure latency from each request's scheduled time, so a
   system (or generator) that falls behind the offered rate shows it in p99;
   the OK rate is not compared with the offered rate, which Poisson arrivals
@@ -49,6 +55,11 @@ def stable(windows: list[dict], stability: float = STABILITY) -> bool:
     last = windows[-3:]
     for key in ("ok_per_s", "p99_ms"):
         vals = [float(w[key]) for w in last]
+        if not all(math.isfinite(v) for v in vals):
+            # A percentile among the failures: stable only if it stays there.
+            if any(math.isfinite(v) for v in vals):
+                return False
+            continue
         mean = sum(vals) / 3
         if mean <= 0 or any(abs(v - mean) > stability * mean for v in vals):
             return False
@@ -175,6 +186,8 @@ def queueing_bound(batch_ms: dict[int, float], slo_ms: float, n: int = 100_000, 
 def _f(v, nd=1):
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
+    if isinstance(v, float) and math.isinf(v):
+        return "∞"
     return f"{v:.{nd}f}"
 
 
@@ -273,7 +286,8 @@ def svg_plot(model: str, slo_ms: float, engine_limit: float | None, series: dict
     pw, ph = W - ml - mr, H - mt - mb
     pts = [lv for lvs in series.values() for lv in lvs]
     xmax = max([lv["offered_rps"] for lv in pts] + [engine_limit or 0, 1.0]) * 1.08
-    lat = [lv[k] for lv in pts for k in ("p50_ms", "p90_ms", "p99_ms") if lv.get(k) and lv[k] > 0]
+    lat = [lv[k] for lv in pts for k in ("p50_ms", "p90_ms", "p99_ms")
+           if lv.get(k) and lv[k] > 0 and math.isfinite(lv[k])]
     ylo = 10 ** math.floor(math.log10(min(lat + [slo_ms]) * 0.8))
     yhi = 10 ** math.ceil(math.log10(max(lat + [slo_ms]) * 1.25))
     X = lambda v: ml + pw * v / xmax  # noqa: E731
@@ -318,13 +332,14 @@ def svg_plot(model: str, slo_ms: float, engine_limit: float | None, series: dict
         c = COLOURS.get(system, "#000")
         lvs = sorted(lvs, key=lambda lv: lv["offered_rps"])
         for k in ("p50", "p90", "p99"):
-            xy = [(X(lv["offered_rps"]), Y(lv[k + "_ms"])) for lv in lvs if lv.get(k + "_ms")]
+            xy = [(X(lv["offered_rps"]), Y(lv[k + "_ms"])) for lv in lvs
+                  if lv.get(k + "_ms") and math.isfinite(lv[k + "_ms"])]
             if len(xy) > 1:
                 dash = f' stroke-dasharray="{DASH[k]}"' if DASH[k] else ""
                 o.append(f'<polyline fill="none" stroke="{c}" stroke-width="{2 if k == "p99" else 1.3}"{dash} '
                          'points="' + " ".join(f"{x:.1f},{y:.1f}" for x, y in xy) + '"/>')
         for lv in lvs:
-            if lv.get("p99_ms"):
+            if lv.get("p99_ms") and math.isfinite(lv["p99_ms"]):
                 fill = c if lv["meets_slo"] else "white"
                 o.append(f'<circle cx="{X(lv["offered_rps"]):.1f}" cy="{Y(lv["p99_ms"]):.1f}" r="3.5" '
                          f'fill="{fill}" stroke="{c}" stroke-width="1.5"/>')

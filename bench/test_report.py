@@ -54,6 +54,23 @@ class Levels(unittest.TestCase):
         self.assertEqual(lv["failed"], 5)
         self.assertFalse(lv["meets_slo"])
 
+    def test_a_p99_among_the_failures_is_infinite_and_misses_it(self):
+        # The load generators report p99 with failures counted as late:
+        # more than 1% failed puts it among them (null, here inf).
+        inf = float("inf")
+        ws = [window(97, inf, errors=3), window(97, inf, errors=3), window(97, inf, errors=3)]
+        lv = report.aggregate(ws, slo_ms=20)
+        self.assertEqual(lv["p99_ms"], inf)
+        self.assertFalse(lv["meets_slo"])
+        self.assertTrue(report.stable(ws))  # consistently among the failures
+        self.assertFalse(report.stable([window(100, 10), window(100, 10), window(97, inf, errors=3)]))
+        self.assertEqual(report._f(inf), "∞")
+        # The plot leaves such points out instead of failing on them.
+        lvs = [dict(lv, offered_rps=50.0), dict(report.aggregate([window(50, 8)] * 3, slo_ms=20), offered_rps=25.0)]
+        svg = report.svg_plot("squeezenet", 20.0, 100.0, {"kneepoint": lvs})
+        ET.fromstring(svg)
+        self.assertNotIn("inf", svg)
+
     def test_fewer_ok_than_offered_by_poisson_chance_alone_still_meets_it(self):
         # 2.5 s windows of Poisson arrivals at 100/s hold 250 +- 16: every
         # request answered OK in time is a level that meets the SLO.

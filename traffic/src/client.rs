@@ -168,6 +168,8 @@ pub struct Tally {
     /// Client-side round-trip times, µs: in open loop from the scheduled
     /// time (a sender that falls behind is charged its lag).
     pub rtt_us: Histogram<u64>,
+    /// The same, of OK answers only (for [`late_percentiles`]).
+    pub ok_rtt_us: Histogram<u64>,
     /// How late each request went out after its scheduled time, µs
     /// (closed loop: 0, a request is sent when its slot frees).
     pub lag_us: Histogram<u64>,
@@ -198,6 +200,7 @@ impl Tally {
             unanswered: 0,
             by_status: Status::ALL.iter().map(|s| (s.as_str(), 0)).collect(),
             rtt_us: hist(),
+            ok_rtt_us: hist(),
             lag_us: hist(),
             platform_latency_us: hist(),
             batch_size_sum: 0,
@@ -228,12 +231,15 @@ impl Tally {
         };
         self.answered += 1;
         *self.by_status.entry(r.status.as_str()).or_default() += 1;
-        self.rtt_us.saturating_record(
-            r.received_at
-                .saturating_duration_since(from)
-                .as_micros()
-                .max(1) as u64,
-        );
+        let rtt = r
+            .received_at
+            .saturating_duration_since(from)
+            .as_micros()
+            .max(1) as u64;
+        self.rtt_us.saturating_record(rtt);
+        if r.status == Status::Ok {
+            self.ok_rtt_us.saturating_record(rtt);
+        }
         self.platform_latency_us
             .saturating_record(u64::from(r.platform_latency_us).max(1));
         if r.status == Status::Ok {
@@ -291,6 +297,48 @@ impl Percentiles {
     }
 }
 
+/// Round-trip percentiles over every request sent, failures counted as
+/// late: OK answers by their round trip, every other request (an answer
+/// with another status, or none) as later than any OK one. A percentile
+/// that falls among the failures is `None` (JSON `null`: beyond every
+/// latency, so beyond any SLO). With nothing failed it is the percentile
+/// of the OK answers; with 2% failed, p99 is `None`. What a latency target
+/// means when a system that refuses or drops requests must not look faster
+/// for it (issue 13's fair harness: all systems are measured this way).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LatePercentiles {
+    /// Requests counted (OK + failed).
+    pub count: u64,
+    /// Of which failed.
+    pub failed: u64,
+    /// Median, µs.
+    pub p50: Option<u64>,
+    /// 90th percentile, µs.
+    pub p90: Option<u64>,
+    /// 99th percentile, µs.
+    pub p99: Option<u64>,
+}
+
+/// [`LatePercentiles`] of `ok` (the OK answers' round trips) and `failed`
+/// other requests. Nearest rank: the q-quantile of n requests is the
+/// ⌈q·n⌉-th smallest; it is an OK round trip when that rank is at most the
+/// number of OK answers.
+pub fn late_percentiles(ok: &Histogram<u64>, failed: u64) -> LatePercentiles {
+    let n_ok = ok.len();
+    let count = n_ok + failed;
+    let at = |q: f64| {
+        let rank = (q * count as f64).ceil().max(1.0) as u64;
+        (count > 0 && rank <= n_ok).then(|| ok.value_at_quantile(rank as f64 / n_ok as f64))
+    };
+    LatePercentiles {
+        count,
+        failed,
+        p50: at(0.50),
+        p90: at(0.90),
+        p99: at(0.99),
+    }
+}
+
 /// The outcome of a client run (`kp-client --json` prints it).
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -339,8 +387,12 @@ pub struct Report {
     pub send_rate: f64,
     /// Answers per second over `answer_span_s`.
     pub throughput: f64,
-    /// Client-side round-trip time, µs (open loop: from the scheduled time).
+    /// Client-side round-trip time, µs (open loop: from the scheduled time),
+    /// of every answer whatever its status.
     pub rtt_us: Percentiles,
+    /// The round trip over every request sent, failures (another status,
+    /// no answer) counted as late ([`LatePercentiles`]).
+    pub rtt_failed_as_late_us: LatePercentiles,
     /// Open loop: send lag behind the schedule, µs.
     pub lag_us: Percentiles,
     /// The platform's `latency_us`.
@@ -526,6 +578,7 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
             0.0
         },
         rtt_us: Percentiles::of(&t.rtt_us),
+        rtt_failed_as_late_us: late_percentiles(&t.ok_rtt_us, t.sent - ok),
         lag_us: Percentiles::of(&t.lag_us),
         platform_latency_us: Percentiles::of(&t.platform_latency_us),
         mean_batch_size: (ok > 0).then(|| t.batch_size_sum as f64 / ok as f64),
@@ -764,6 +817,35 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failures_count_as_later_than_any_ok_answer() {
+        let mut ok = Histogram::<u64>::new_with_bounds(1, HIST_MAX_US, 3).unwrap();
+        for ms in 1..=98u64 {
+            ok.record(ms * 1000).unwrap();
+        }
+        // 98 OK, 2 failed: p50 and p90 are OK round trips (ranks 50 and
+        // 90), p99 (rank 99) falls among the failures.
+        let l = late_percentiles(&ok, 2);
+        assert_eq!((l.count, l.failed), (100, 2));
+        assert_eq!(l.p50, Some(ok.highest_equivalent(50_000)));
+        assert_eq!(l.p90, Some(ok.highest_equivalent(90_000)));
+        assert_eq!(l.p99, None);
+        // Nothing failed: the OK answers' own nearest-rank percentiles.
+        let l = late_percentiles(&ok, 0);
+        assert_eq!(l.p99, Some(ok.highest_equivalent(98_000)));
+        assert_eq!(l.p50, Some(ok.highest_equivalent(49_000)));
+        // One failure in a hundred: p99 is the last OK answer.
+        ok.record(99_000).unwrap();
+        assert_eq!(
+            late_percentiles(&ok, 1).p99,
+            Some(ok.highest_equivalent(99_000))
+        );
+        // Nothing at all, or only failures.
+        let empty = Histogram::<u64>::new_with_bounds(1, HIST_MAX_US, 3).unwrap();
+        assert_eq!(late_percentiles(&empty, 0).p50, None);
+        assert_eq!(late_percentiles(&empty, 3).p50, None);
+    }
     use std::net::UdpSocket;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Mutex;
@@ -898,7 +980,9 @@ mod tests {
                             }
                             Act::Silent => {}
                             Act::Delay(d) => {
-                                delayed.push((now + d, from, h));
+                                // From now, not from the loop's `now`: that
+                                // was read before recv_from waited.
+                                delayed.push((Instant::now() + d, from, h));
                                 max_open.fetch_max(delayed.len(), Ordering::Relaxed);
                             }
                         }

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
-use kp_traffic::client::parse_duration;
+use kp_traffic::client::{late_percentiles, parse_duration};
 use kp_traffic::input::{InputArgs, InputShape};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -417,6 +417,9 @@ struct Tally {
     status: BTreeMap<String, u64>,
     malformed: u64,
     rtt_us: Histogram<u64>,
+    /// The round trips of well-formed 200 answers alone (the requests that
+    /// succeeded), for the percentiles with failures counted as late.
+    ok_rtt_us: Histogram<u64>,
     lag_us: Histogram<u64>,
     /// Per answer that named its platform round trip: the round trip from
     /// when the request went out (lag excluded) less the platform's.
@@ -503,12 +506,15 @@ fn worker(
                     Format::Raw => b"classes",
                     Format::Triton => b"CLASSES",
                 };
-                if resp.status == 200 && !resp.body.windows(want.len()).any(|w| w == want) {
+                let well_formed = resp.body.windows(want.len()).any(|w| w == want);
+                if resp.status == 200 && !well_formed {
                     t.malformed += 1;
                 }
-                t.rtt_us.saturating_record(
-                    now.saturating_duration_since(job.at).as_micros().max(1) as u64,
-                );
+                let rtt = now.saturating_duration_since(job.at).as_micros().max(1) as u64;
+                t.rtt_us.saturating_record(rtt);
+                if resp.status == 200 && well_formed {
+                    t.ok_rtt_us.saturating_record(rtt);
+                }
                 if let Some(platform) = resp.platform_rtt_us {
                     let own = now.saturating_duration_since(start).as_micros() as u64;
                     t.beyond_platform_us
@@ -570,6 +576,7 @@ fn run(a: Args) -> Result<()> {
             status: BTreeMap::new(),
             malformed: 0,
             rtt_us: hist(),
+            ok_rtt_us: hist(),
             lag_us: hist(),
             beyond_platform_us: hist(),
             last_answer: None,
@@ -650,6 +657,7 @@ fn run(a: Args) -> Result<()> {
         "throughput": if answer_span_s > 0.0 { t.answered as f64 / answer_span_s } else { 0.0 },
         "ok_per_s": if answer_span_s > 0.0 { ok as f64 / answer_span_s } else { 0.0 },
         "rtt_us": percentiles(&t.rtt_us),
+        "rtt_failed_as_late_us": late_percentiles(&t.ok_rtt_us, sent.saturating_sub(t.ok_rtt_us.len())),
         "lag_us": percentiles(&t.lag_us),
         "beyond_platform_us": percentiles(&t.beyond_platform_us),
     });
