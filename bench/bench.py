@@ -56,6 +56,10 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_MAX_BATCH (8: kp-if --max-batch, Triton max_batch_size, @serve.batch)
   BENCH_BATCH_DELAY_US (500: Triton max_queue_delay_microseconds, Ray
     batch_wait_timeout_s; kneepoint's policy needs none, it uses the SLO)
+  BENCH_PEER_SHED (1: the peers may shed as kneepoint does: Triton's
+    default_queue_policy REJECTs a request queued longer than the SLO less
+    the engine's batch-1 median, Ray Serve's HTTP request_timeout_s is the
+    SLO; 0: neither)
   BENCH_ENGINE_BATCHES (1,2,4,8) BENCH_ENGINE_SECONDS (3)
   BENCH_WARMUP_S (5) BENCH_WINDOW_S (2.5) BENCH_WINDOW_MAX_S (8)
   BENCH_WINDOW_REQUESTS (150: a window lasts long enough for this many
@@ -147,6 +151,10 @@ class Settings:
         self.worker_cpu = env("BENCH_WORKER_CPU", 1, int)
         self.max_batch = env("BENCH_MAX_BATCH", 8, int)
         self.batch_delay_us = env("BENCH_BATCH_DELAY_US", 500, int)
+        # The peers shed too (issue 13): Triton's queue policy rejects a
+        # request that waited longer than the SLO less the engine's batch-1
+        # time, Ray Serve's proxy times a request out at the SLO.
+        self.peer_shed = env("BENCH_PEER_SHED", 1, int) == 1
         self.engine_batches = env("BENCH_ENGINE_BATCHES", S("1,2,4,8", "1,2"))
         self.engine_seconds = env("BENCH_ENGINE_SECONDS", S(3.0, 0.3), float)
         self.warmup_s = env("BENCH_WARMUP_S", S(5.0, 0.5), float)
@@ -428,7 +436,11 @@ class Triton(System):
         self.version = {"tritonserver": info.get("version"), "nvidia-pytriton": dist_version(py, "nvidia-pytriton"),
                         "onnxruntime": dist_version(py, "onnxruntime"), "python_backend_python": pyver,
                         "dynamic_batching": {"max_batch_size": s.max_batch,
-                                             "max_queue_delay_microseconds": s.batch_delay_us}}
+                                             "max_queue_delay_microseconds": s.batch_delay_us,
+                                             "default_queue_policy": (
+                                                 {"timeout_action": "REJECT",
+                                                  "default_timeout_microseconds": m.get("queue_timeout_us")}
+                                                 if s.peer_shed and m.get("queue_timeout_us") else None)}}
 
     def client(self, rate, seconds, seed, first_id, timeout_s):
         return self.http_client(self.url, "triton", rate, seconds, seed, timeout_s)
@@ -443,6 +455,12 @@ def write_triton_model(repo: Path, m: dict, s: Settings):
     shutil.copy(BENCH / "peers" / "triton" / "model.py", repo / "1" / "model.py")
     shutil.copy(BENCH / "peers" / "kp_peer_model.py", repo / "1" / "kp_peer_model.py")
     c, h, w = m["shape"]
+    # Shedding at the SLO (BENCH_PEER_SHED): a request still queued when
+    # too little of its SLO is left for a batch-1 run is rejected, as
+    # kneepoint refuses what cannot end within its SLO.
+    queue_policy = (f"  default_queue_policy {{ timeout_action: REJECT default_timeout_microseconds: "
+                    f"{m['queue_timeout_us']} allow_timeout_override: false }}\n"
+                    if s.peer_shed and m.get("queue_timeout_us") else "")
     # Dynamic batcher as Triton's docs advise: batches up to max_batch_size,
     # a short max_queue_delay_microseconds to let a batch form; no preferred
     # sizes (they only matter where some sizes are much faster; on this CPU
@@ -456,7 +474,9 @@ output [
   {{ name: "SCORES" data_type: TYPE_FP32 dims: [ {m['top_k']} ] }}
 ]
 instance_group [ {{ count: 1 kind: KIND_CPU }} ]
-dynamic_batching {{ max_queue_delay_microseconds: {s.batch_delay_us} }}
+dynamic_batching {{
+  max_queue_delay_microseconds: {s.batch_delay_us}
+{queue_policy}}}
 parameters: {{ key: "kp_config" value: {{ string_value: "{m['config']}" }} }}
 parameters: {{ key: "threads" value: {{ string_value: "{s.threads}" }} }}
 """)
@@ -473,7 +493,8 @@ class RayServe(System):
         self.proc = subprocess.Popen(
             ["taskset", "-c", str(s.front_cpu), str(py), str(BENCH / "peers" / "ray_serve.py"),
              "--config", str(m["config"]), "--port", str(self.port), "--threads", str(s.threads),
-             "--max-batch", str(s.max_batch), "--batch-wait-us", str(s.batch_delay_us)],
+             "--max-batch", str(s.max_batch), "--batch-wait-us", str(s.batch_delay_us)]
+            + (["--request-timeout-s", f"{m['slo_ms'] / 1000:g}"] if s.peer_shed else []),
             stdout=open(self.log("ray"), "w"), stderr=subprocess.STDOUT, env=envv, start_new_session=True)
         line = wait_for_line(self.log("ray"), "ray-serve: ready", self.proc, "ray serve", 240)
         replica = int(line.split("replica_pid=")[1].split()[0])
@@ -484,7 +505,8 @@ class RayServe(System):
         self.url = f"http://127.0.0.1:{self.port}/"
         self.version = {"ray": dist_version(py, "ray"), "onnxruntime": dist_version(py, "onnxruntime"),
                         "serve.batch": {"max_batch_size": s.max_batch, "batch_wait_timeout_s": s.batch_delay_us / 1e6},
-                        "max_ongoing_requests": 64}
+                        "max_ongoing_requests": 64,
+                        "http_request_timeout_s": m["slo_ms"] / 1000 if s.peer_shed else None}
 
     def client(self, rate, seconds, seed, first_id, timeout_s):
         return self.http_client(self.url, "raw", rate, seconds, seed, timeout_s)
@@ -850,6 +872,12 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"- **Batching**: at most {s.max_batch} per batch everywhere; Triton's dynamic batcher "
          f"max_queue_delay_microseconds {s.batch_delay_us}, Ray @serve.batch batch_wait_timeout_s "
          f"{s.batch_delay_us / 1e6:g}; kneepoint's policy batches under the SLO (kp-if --slo-ms).",
+         "- **Shedding**: " + ("every system may refuse what cannot meet the SLO: kneepoint answers OVERLOADED; "
+                               "Triton's dynamic batcher has a default_queue_policy that REJECTs a request queued "
+                               "longer than the SLO less the engine's batch-1 median; Ray Serve's HTTP proxy has "
+                               "request_timeout_s = the SLO. A refused request counts as late in the percentiles."
+                               if s.peer_shed else
+                               "only kneepoint sheds (BENCH_PEER_SHED=0): the peers queue every request."),
          "- **Load**: open loop, Poisson arrivals, the same synthetic 224×224×3 RGB u8 images (same seeds): "
          "kp-client over UDP for kneepoint, kp-http-load over HTTP/1.1 keep-alive for both peers "
          f"({s.connections} connections; Triton: KServe v2 binary tensor; Ray: raw body). Latency is the "
@@ -953,6 +981,8 @@ def main() -> int:
             meta["model_info"][name]["slo_ms"] = m["slo_ms"]
             say(f"{name}: smoke SLO {m['slo_ms']:.1f} ms (the configured one, or {SMOKE_SLO_X:g} x the "
                 f"engine's batch-1 p99 here if that is longer)")
+        m["queue_timeout_us"] = queue_timeout_us(m["slo_ms"], eng)
+        meta["model_info"][name]["queue_timeout_us"] = m["queue_timeout_us"]
         for sysname in s.systems:
             key = f"{name}/{sysname}"
             if sysname in ("triton", "ray") and "error" in meta["peers"].get(sysname, {}):
@@ -983,6 +1013,14 @@ def main() -> int:
     print(md)
     say(f"done in {meta['wall_s'] / 60:.1f} min; report {out / 'report.md'}")
     return smoke_check(out, meta) if a.smoke else 0
+
+
+def queue_timeout_us(slo_ms: float, engine: list[dict]) -> int:
+    """How long Triton may keep a request queued (BENCH_PEER_SHED): the SLO
+    less the engine's batch-1 median measured in this run (what one more
+    run of the model needs), at least 1 ms."""
+    b1 = [float(r["median_ms"]) for r in engine if int(r["batch"]) == 1]
+    return max(1000, int(round((slo_ms - (b1[0] if b1 else 0.0)) * 1000)))
 
 
 # The smoke run's SLO is at least this many times the engine's batch-1 p99

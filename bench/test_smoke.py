@@ -72,5 +72,36 @@ class SmokeSlo(unittest.TestCase):
         self.assertEqual(bench.smoke_slo_ms(20.0, [{"batch": 2, "p99_ms": 9.0}]), 20.0)
 
 
+class PeerShedding(unittest.TestCase):
+    """The peers may refuse what cannot meet the SLO, as kneepoint does."""
+
+    def test_triton_queues_a_request_for_the_slo_less_one_batch_1_run(self):
+        eng = [{"batch": 1, "median_ms": 9.4, "p99_ms": 12.0}, {"batch": 2, "median_ms": 18.0}]
+        self.assertEqual(bench.queue_timeout_us(20.0, eng), 10_600)
+        self.assertEqual(bench.queue_timeout_us(5.0, eng), 1000)  # never below 1 ms
+        self.assertEqual(bench.queue_timeout_us(20.0, []), 20_000)
+
+    def test_the_triton_config_rejects_late_requests_when_shedding(self):
+        import tempfile
+
+        m = {"name": "squeezenet", "shape": [3, 224, 224], "top_k": 5, "config": "/m/config.toml",
+             "queue_timeout_us": 10_600}
+
+        class S:
+            max_batch, batch_delay_us, threads, peer_shed = 8, 500, 1, True
+
+        with tempfile.TemporaryDirectory() as d:
+            bench.write_triton_model(Path(d), m, S)
+            text = (Path(d) / "config.pbtxt").read_text()
+            self.assertIn("dynamic_batching {\n  max_queue_delay_microseconds: 500\n  default_queue_policy { "
+                          "timeout_action: REJECT default_timeout_microseconds: 10600 "
+                          "allow_timeout_override: false }\n}", text)
+            S.peer_shed = False
+            bench.write_triton_model(Path(d), m, S)
+            text = (Path(d) / "config.pbtxt").read_text()
+            self.assertIn("dynamic_batching {\n  max_queue_delay_microseconds: 500\n}", text)
+            self.assertNotIn("queue_policy", text)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -58,6 +58,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="ONNX Runtime intra-op threads")
     ap.add_argument("--max-batch", type=int, default=8)
     ap.add_argument("--batch-wait-us", type=float, default=500.0)
+    ap.add_argument("--request-timeout-s", type=float, default=None,
+                    help="the HTTP proxy's request_timeout_s: a request not answered by then fails (shedding "
+                         "at the SLO, as kneepoint does)")
     ap.add_argument("--max-ongoing", type=int, default=64,
                     help="max_ongoing_requests of the replica (must exceed --max-batch to batch)")
     a = ap.parse_args()
@@ -67,7 +70,10 @@ def main() -> int:
     from ray import serve
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
-    serve.start(http_options={"host": "127.0.0.1", "port": a.port}, logging_config={"log_level": "WARNING"})
+    http = {"host": "127.0.0.1", "port": a.port}
+    if a.request_timeout_s:
+        http["request_timeout_s"] = a.request_timeout_s
+    serve.start(http_options=http, logging_config={"log_level": "WARNING"})
     handle = serve.run(build_app(a.config, a.threads, a.max_batch, a.batch_wait_us / 1e6, a.max_ongoing),
                        name="kp", route_prefix="/")
     pid = handle.pid.remote().result()
