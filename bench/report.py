@@ -195,7 +195,8 @@ def model_markdown(m: dict) -> str:
     """The section of one model: engine limit, the systems side by side."""
     eng = m["engine"]
     best = max(eng, key=lambda r: r["images_per_s"]) if eng else None
-    L = [f"#### {m['model']} (SLO {m['slo_ms']:g} ms)", ""]
+    rule = f": {m['slo_rule']}" if m.get("slo_rule") else ""
+    L = [f"#### {m['model']} (SLO {m['slo_ms']:g} ms{rule})", ""]
     if best:
         L.append("Engine limit (ONNX Runtime alone, same thread and core): " + ", ".join(
             f"batch {r['batch']}: {r['median_ms']:.2f} ms/batch, {r['images_per_s']:.1f} img/s" for r in eng)

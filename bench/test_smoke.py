@@ -72,6 +72,13 @@ class SmokeSlo(unittest.TestCase):
         self.assertEqual(bench.smoke_slo_ms(20.0, [{"batch": 2, "p99_ms": 9.0}]), 20.0)
 
 
+class SloFromTheEngine(unittest.TestCase):
+    def test_the_slo_is_a_multiple_of_the_batch_1_median_measured_here(self):
+        eng = [{"batch": "1", "median_ms": "9.43", "p99_ms": "12.0"}, {"batch": "8", "median_ms": "80.0"}]
+        self.assertEqual(bench.slo_from_engine(4.0, eng, 20.0), 37.7)
+        self.assertEqual(bench.slo_from_engine(4.0, [{"batch": 8, "median_ms": 80.0}], 20.0), 20.0)
+
+
 class PeerShedding(unittest.TestCase):
     """The peers may refuse what cannot meet the SLO, as kneepoint does."""
 
