@@ -3,7 +3,7 @@
 machine, the same model, the same cores, the same intra-op threads and the
 same SLO — and the engine limit they are all bounded by.
 
-    make bench                                 # (as root) everything, ~15 min
+    make bench                                 # (as root) everything, ~2 h (levels of >= 2,000 requests)
     .venv/bin/python bench/bench.py            # just this benchmark
     BENCH_MODELS=squeezenet BENCH_SYSTEMS=kneepoint,triton .venv/bin/python bench/bench.py
     .venv/bin/python bench/bench.py --smoke --out /tmp/x   # what `make test` runs (< 60 s)
@@ -16,7 +16,7 @@ in the same run, 4 by default, or models/<name>/config.toml's with 0):
  2. per system, started fresh, warmed up, then driven open loop (Poisson
     arrivals) at increasing offered rates: a sweep in fractions of the engine
     limit until a level misses the SLO, a bisection between the last level
-    that met it and the first that did not, then 25/50/75/90% of the
+    that met it and the first that did not (until they are within 2%), then 25/50/75/90% of the
     system's capacity (highest OK rate of a level meeting the SLO; the rules
     are in bench/report.py). Each level runs in windows until the last three
     agree within 10% (Triton perf_analyzer's convention) or BENCH_MAX_WINDOWS.
@@ -64,12 +64,15 @@ Environment (defaults for a full run; --smoke has tiny ones):
     the engine's batch-1 median, Ray Serve's HTTP request_timeout_s is the
     SLO; 0: neither)
   BENCH_ENGINE_BATCHES (1,2,4,8) BENCH_ENGINE_SECONDS (3)
-  BENCH_WARMUP_S (5) BENCH_WINDOW_S (2.5) BENCH_WINDOW_MAX_S (8)
-  BENCH_WINDOW_REQUESTS (150: a window lasts long enough for this many
-    requests, between WINDOW_S and WINDOW_MAX_S)
+  BENCH_WARMUP_S (5) BENCH_WINDOW_S (6.67) BENCH_WINDOW_MAX_S (120)
+  BENCH_WINDOW_REQUESTS (667: a window lasts long enough for this many
+    requests, between WINDOW_S and WINDOW_MAX_S; three windows make a
+    level of at least 2,000 requests and 20 s)
   BENCH_MIN_WINDOWS (3) BENCH_MAX_WINDOWS (4) BENCH_STABILITY (0.10)
   BENCH_SWEEP (0.5,0.8,0.9,1.0,1.1: fractions of the engine limit)
-  BENCH_REFINE (2 bisection steps) BENCH_POINTS (0.25,0.5,0.75,0.9)
+  BENCH_RESOLUTION (0.02: bisect until the bracket is within 2% of its
+    lower end) BENCH_REFINE (8: at most this many bisection steps)
+  BENCH_POINTS (0.25,0.5,0.75,0.9)
   BENCH_PEAK (1.2: a last level at this fraction of the engine limit, for
     each system's saturated goodput; 0 skips it)
   BENCH_CONNECTIONS (64: kp-http-load) BENCH_KP_BUSY_POLL (0)
@@ -165,14 +168,19 @@ class Settings:
         self.engine_batches = env("BENCH_ENGINE_BATCHES", S("1,2,4,8", "1,2"))
         self.engine_seconds = env("BENCH_ENGINE_SECONDS", S(3.0, 0.3), float)
         self.warmup_s = env("BENCH_WARMUP_S", S(5.0, 0.5), float)
-        self.window_s = env("BENCH_WINDOW_S", S(2.5, 0.5), float)
-        self.window_max_s = env("BENCH_WINDOW_MAX_S", S(8.0, 0.5), float)
-        self.window_requests = env("BENCH_WINDOW_REQUESTS", S(150, 5), int)
+        # A level's three windows hold at least 2,000 requests and 20 s
+        # (issue 13), so that a p99 rests on 20 requests beyond it.
+        self.window_s = env("BENCH_WINDOW_S", S(20 / 3, 0.5), float)
+        self.window_max_s = env("BENCH_WINDOW_MAX_S", S(120.0, 0.5), float)
+        self.window_requests = env("BENCH_WINDOW_REQUESTS", S(667, 5), int)
         self.min_windows = env("BENCH_MIN_WINDOWS", S(3, 2), int)
         self.max_windows = max(self.min_windows, env("BENCH_MAX_WINDOWS", S(4, 2), int))
         self.stability = env("BENCH_STABILITY", 0.10, float)
         self.sweep = floats(env("BENCH_SWEEP", S("0.5,0.8,0.9,1.0,1.1", "0.1,0.2")))
-        self.refine = env("BENCH_REFINE", S(2, 0), int)
+        # Capacity by bisection until the bracket is within this fraction
+        # of its lower end (at most BENCH_REFINE steps).
+        self.resolution = env("BENCH_RESOLUTION", 0.02, float)
+        self.refine = env("BENCH_REFINE", S(8, 0), int)
         self.points = floats(env("BENCH_POINTS", S("0.25,0.5,0.75,0.9", "0.25,0.5")))
         self.peak = env("BENCH_PEAK", S(1.2, 0.0), float)
         self.connections = env("BENCH_CONNECTIONS", S(64, 8), int)
@@ -738,6 +746,8 @@ class Runner:
         if last_ok is not None and first_bad is not None:
             lo, hi = last_ok["offered_rps"], first_bad["offered_rps"]
             for _ in range(s.refine):
+                if hi - lo <= s.resolution * lo:
+                    break
                 mid = (lo + hi) / 2
                 if self.run_level(mid, "refine")["meets_slo"]:
                     lo = mid
@@ -890,7 +900,7 @@ def header_markdown(meta: dict, s: Settings) -> str:
          "kp-client over UDP for kneepoint, kp-http-load over HTTP/1.1 keep-alive for both peers "
          f"({s.connections} connections; Triton: KServe v2 binary tensor; Ray: raw body). Latency is the "
          "client's round trip, from the request's scheduled time.",
-         f"- **Levels**: windows of {s.window_s:g}–{s.window_max_s:g} s (≥ {s.window_requests} requests), "
+         f"- **Levels**: windows of {s.window_s:.3g}–{s.window_max_s:g} s (≥ {s.window_requests} requests), "
          f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
          f"figures are the means of the last three. Warm-up {s.warmup_s:g} s per system. A level meets the "
          "SLO when p99 ≤ SLO, ≤ 1% of requests failed (non-OK answer, e.g. kneepoint's OVERLOADED, or none "
