@@ -844,13 +844,9 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
             (docs / f"peers-{name}.svg").write_text(svg)
             (out / f"peers-{name}.svg").write_text(svg)
             plot = os.path.relpath(docs / f"peers-{name}.svg", REPO / "docs")
-        bound = report.queueing_bound({r["batch"]: r["median_ms"] for r in eng}, m["slo_ms"]) if eng else None
-        for row in summary_rows:
-            if row["model"] == name and bound:
-                row["queueing_bound_rps"] = round(bound["rate_per_s"], 2)
         models.append({"model": name, "slo_ms": m["slo_ms"], "slo_rule": m.get("slo_rule"), "engine": eng,
                        "systems": systems,
-                       "points": s.points, "plot": plot, "bound": bound})
+                       "points": s.points, "plot": plot})
     if summary_rows:
         fields = list(dict.fromkeys(k for r in summary_rows for k in r))
         with open(out / "summary.csv", "w", newline="") as f:

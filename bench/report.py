@@ -37,7 +37,6 @@ import math
 import re
 from pathlib import Path
 
-from stats import percentile  # the one percentile: nearest rank (bench/ is on sys.path)
 
 STABILITY = 0.10
 MAX_ERROR = 0.01
@@ -108,79 +107,6 @@ def capacity(levels: list[dict]) -> dict | None:
     return max(good, key=lambda lv: lv["ok_per_s"]) if good else None
 
 
-def queueing_bound(batch_ms: dict[int, float], slo_ms: float, n: int = 100_000, seed: int = 1) -> dict:
-    """A model, not a measurement: the highest Poisson arrival rate at which
-    one server with exactly the engine's per-batch times (batch_ms: batch
-    size -> median ms) and nothing else — no network, no parsing, no
-    scheduling — keeps the p99 of time-in-system within slo_ms. Three
-    policies: FIFO one at a time; greedy batching (when the engine frees,
-    run everything queued up to the largest measured batch size); and FIFO
-    with admission control that refuses, at arrival, a request that would
-    finish late, as long as at most MAX_ERROR of them are refused (the most
-    a level may fail). Any server running this engine on one core under
-    this load is below the best of them."""
-    import random
-
-    sizes = sorted(batch_ms)
-    cap = sizes[-1]
-
-    def cost(k: int) -> float:
-        if k in batch_ms:
-            return batch_ms[k]
-        b = min(x for x in sizes if x >= k)  # pad to the next measured size
-        return batch_ms[b]
-
-    def poisson(rate_per_ms: float) -> list[float]:
-        rng = random.Random(seed)
-        arrivals, t = [], 0.0
-        for _ in range(n):
-            t += rng.expovariate(rate_per_ms)
-            arrivals.append(t)
-        return arrivals
-
-    def refused(rate_per_ms: float) -> float:
-        free, late = 0.0, 0
-        for a in poisson(rate_per_ms):
-            done = max(free, a) + cost(1)
-            if done - a > slo_ms:
-                late += 1
-            else:
-                free = done
-        return late / n
-
-    def p99(rate_per_ms: float, greedy: bool) -> float:
-        arrivals = poisson(rate_per_ms)
-        soj, i, free = [], 0, 0.0
-        while i < n:
-            start = max(free, arrivals[i])
-            k = 1
-            if greedy:
-                while i + k < n and k < cap and arrivals[i + k] <= start:
-                    k += 1
-            free = start + cost(k)
-            soj.extend(free - a for a in arrivals[i:i + k])
-            i += k
-        return percentile(soj, 0.99)
-
-    meets = {
-        "fifo": lambda r: p99(r, False) <= slo_ms,
-        "greedy batching": lambda r: p99(r, True) <= slo_ms,
-        f"fifo, refusing <= {100 * MAX_ERROR:g}% late": lambda r: refused(r) <= MAX_ERROR,
-    }
-    rates = {}
-    for policy, ok in meets.items():
-        lo, hi = 0.0, 1000.0 * max(k / cost(k) for k in sizes)
-        for _ in range(16):
-            mid = (lo + hi) / 2
-            if ok(mid / 1000.0):
-                lo = mid
-            else:
-                hi = mid
-        rates[policy] = lo
-    policy = max(rates, key=rates.get)
-    return {"policy": policy, "rate_per_s": rates[policy], "by_policy": rates}
-
-
 # --- markdown ---------------------------------------------------------------
 
 def _f(v, nd=1):
@@ -201,13 +127,6 @@ def model_markdown(m: dict) -> str:
         L.append("Engine limit (ONNX Runtime alone, same thread and core): " + ", ".join(
             f"batch {r['batch']}: {r['median_ms']:.2f} ms/batch, {r['images_per_s']:.1f} img/s" for r in eng)
             + f". **Best: {best['images_per_s']:.1f} images/s at batch {best['batch']}.**")
-        L.append("")
-    bound = m.get("bound")
-    if bound:
-        L.append(f"Queueing bound (a model, not a measurement; `report.queueing_bound`): one server with exactly "
-                 f"these engine times and nothing else meets p99 ≤ {m['slo_ms']:g} ms under Poisson arrivals up to "
-                 f"**{bound['rate_per_s']:.1f} req/s** ({bound['policy']}; "
-                 + ", ".join(f"{k}: {v:.1f}" for k, v in bound["by_policy"].items()) + ").")
         L.append("")
     pts = m["points"]
     L.append("| system | capacity: max OK req/s with p99 ≤ SLO | % of engine limit | "
@@ -250,8 +169,6 @@ def model_markdown(m: dict) -> str:
                 ratios.append(f"{NAMES[peer]} met the SLO at no level measured")
         if best:
             ratios.append(f"kneepoint / engine limit = **{kp / best['images_per_s']:.2f}**")
-        if bound and bound["rate_per_s"]:
-            ratios.append(f"kneepoint / queueing bound = **{kp / bound['rate_per_s']:.2f}**")
     peaks = {s["system"]: (s.get("peak") or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
     if peaks.get("kneepoint") and best:
         ratios.append(f"saturated, kneepoint / engine limit = **{peaks['kneepoint'] / best['images_per_s']:.2f}**")

@@ -94,22 +94,6 @@ class Levels(unittest.TestCase):
         self.assertIsNone(report.peak([]))
 
 
-class QueueingBound(unittest.TestCase):
-    def test_the_bound_is_below_the_engine_limit_and_grows_with_the_slo(self):
-        engine = {1: 10.0, 2: 20.0}
-        tight = report.queueing_bound(engine, 30.0, n=20_000)
-        loose = report.queueing_bound(engine, 100.0, n=20_000)
-        self.assertLess(tight["rate_per_s"], 100.0)  # 10 ms a request: 100/s saturates
-        self.assertGreater(tight["rate_per_s"], 30.0)
-        self.assertGreater(loose["rate_per_s"], tight["rate_per_s"])
-        self.assertEqual(set(tight["by_policy"]), {"fifo", "greedy batching", "fifo, refusing <= 1% late"})
-
-    def test_batching_wins_the_bound_where_batches_are_cheaper_per_image(self):
-        b = report.queueing_bound({1: 10.0, 8: 20.0}, 60.0, n=20_000)
-        self.assertEqual(b["policy"], "greedy batching")
-        self.assertGreater(b["rate_per_s"], 100.0)
-
-
 class Documents(unittest.TestCase):
     def test_the_section_between_the_markers_is_replaced_and_the_rest_kept(self):
         doc = f"# Perf\n\nbefore\n{report.BEGIN}\nold\n{report.END}\nafter\n"
