@@ -52,7 +52,10 @@ section between the bench-peers markers of docs/PERFORMANCE.md is replaced
 by report.md (BENCH_UPDATE_DOCS=0 to leave it).
 
 Environment (defaults for a full run; --smoke has tiny ones):
-  BENCH_MODELS (squeezenet,resnet50)  BENCH_SYSTEMS (kneepoint,triton,ray)
+  BENCH_MODELS (squeezenet,resnet50)
+  BENCH_SYSTEMS (kneepoint,kneepoint-ic,triton,ray: kneepoint-ic is kneepoint
+    with every per-request step on the inference core, kp-if --convert-on
+    inference)
   BENCH_THREADS (1) BENCH_FRONT_CPU (0) BENCH_WORKER_CPU (1)
   BENCH_MAX_BATCH (8: kp-if --max-batch, Triton max_batch_size, @serve.batch)
   BENCH_BATCH_DELAY_US (500: Triton max_queue_delay_microseconds, Ray
@@ -120,7 +123,7 @@ def dist_name(requirement: str) -> str:
     return re.split(r"[\[=<>!~ ]", requirement, maxsplit=1)[0]
 
 
-SYSTEMS = ("kneepoint", "triton", "ray", "stub")
+SYSTEMS = ("kneepoint", "kneepoint-ic", "triton", "ray", "stub")
 PERF_ANALYZER = "2.60.0"
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -151,7 +154,7 @@ class Settings:
         self.smoke = smoke
         S = lambda full, small: small if smoke else full  # noqa: E731
         self.models = env("BENCH_MODELS", S("squeezenet,resnet50", "squeezenet")).split(",")
-        self.systems = env("BENCH_SYSTEMS", S("kneepoint,triton,ray", "kneepoint,stub")).split(",")
+        self.systems = env("BENCH_SYSTEMS", S("kneepoint,kneepoint-ic,triton,ray", "kneepoint,stub")).split(",")
         self.threads = env("BENCH_THREADS", 1, int)
         self.front_cpu = env("BENCH_FRONT_CPU", 0, int)
         self.worker_cpu = env("BENCH_WORKER_CPU", 1, int)
@@ -339,7 +342,11 @@ def bin_path(name: str) -> Path:
 
 
 class Kneepoint(System):
+    """kneepoint as designed: the fragment loop (on the network-side core)
+    converts each image as it reassembles it; the inference core runs the
+    engine alone."""
     name = "kneepoint"
+    convert_on = "network"
 
     def start(self):
         s, m = self.s, self.model
@@ -364,13 +371,15 @@ class Kneepoint(System):
             ["ip", "netns", "exec", self.netf["PLATFORM_NS"], str(bin_path("kp-if")), *busy,
              "--model", str(m["config"]), "--control", ctl, "--slo-ms", f"{m['slo_ms']:g}",
              "--threads", str(s.threads), "--max-batch", str(s.max_batch), "--cores", str(s.worker_cpu),
+             "--convert-on", self.convert_on,
              "--", "--lcores", f"1@{s.kp_rx_cpu}", "--proc-type", "secondary", *eal],
             stdout=open(self.log("kp-if-report"), "w"), stderr=open(self.if_log, "w"))
         wait_for_line(self.if_log, "kp-if: ready", self.kpif, "kp-if", 120)
         self.roots = [self.ifm.pid, self.kpif.pid]
         self.workers = {self.kpif.pid}
         self.version = {"kneepoint": git_rev(), "dpdk_pmd": f"net_af_packet (veth, framecnt={s.kp_framecnt})",
-                        "busy_poll": s.busy_poll, "fragment_loop_cpu": s.kp_rx_cpu}
+                        "busy_poll": s.busy_poll, "fragment_loop_cpu": s.kp_rx_cpu,
+                        "convert_on": self.convert_on}
 
     def client(self, rate, seconds, seed, first_id, timeout_s):
         return ["ip", "netns", "exec", self.netf["CLIENT_NS"], "taskset", "-c", str(self.s.front_cpu),
@@ -553,7 +562,17 @@ class Stub(System):
         stop_proc(getattr(self, "proc", None))
 
 
-SYSTEM_CLASSES = {"kneepoint": Kneepoint, "triton": Triton, "ray": RayServe, "stub": Stub}
+class KneepointInferenceCore(Kneepoint):
+    """kneepoint with all of its per-request work on the inference core,
+    as the peers preprocess in the model's process: the fragment loop only
+    copies the image's bytes, the inference thread converts them before the
+    engine (kp-if --convert-on inference)."""
+    name = "kneepoint-ic"
+    convert_on = "inference"
+
+
+SYSTEM_CLASSES = {"kneepoint": Kneepoint, "kneepoint-ic": KneepointInferenceCore, "triton": Triton,
+                  "ray": RayServe, "stub": Stub}
 
 
 # --- peers' venvs -----------------------------------------------------------

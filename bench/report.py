@@ -42,8 +42,13 @@ STABILITY = 0.10
 MAX_ERROR = 0.01
 
 # One colour per system, in the order they are usually listed.
-COLOURS = {"kneepoint": "#1b7837", "triton": "#2166ac", "ray": "#b2182b", "stub": "#7f7f7f"}
-NAMES = {"kneepoint": "kneepoint", "triton": "Triton", "ray": "Ray Serve", "stub": "stub (smoke)"}
+COLOURS = {"kneepoint": "#1b7837", "kneepoint-ic": "#7fbf7b", "triton": "#2166ac", "ray": "#b2182b",
+           "stub": "#7f7f7f"}
+NAMES = {"kneepoint": "kneepoint", "kneepoint-ic": "kneepoint, all on the inference core", "triton": "Triton",
+         "ray": "Ray Serve", "stub": "stub (smoke)"}
+# kneepoint's two ways of running, and what each comparison with a peer is.
+KNEEPOINTS = {"kneepoint": "as designed (images converted on the network-side core)",
+              "kneepoint-ic": "all per-request work on the inference core, as the peers do"}
 DASH = {"p50": "6,4", "p90": "2,3", "p99": ""}
 
 
@@ -159,21 +164,22 @@ def model_markdown(m: dict) -> str:
                  + f" | {cpu} | {pkcell} |")
     L.append("")
     caps = {s["system"]: (s["capacity"] or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
-    kp = caps.get("kneepoint")
-    ratios = []
-    if kp:
-        for peer in ("triton", "ray"):
-            if caps.get(peer):
-                ratios.append(f"kneepoint / {NAMES[peer]} = **{kp / caps[peer]:.2f}×**")
-            elif peer in caps:
-                ratios.append(f"{NAMES[peer]} met the SLO at no level measured")
-        if best:
-            ratios.append(f"kneepoint / engine limit = **{kp / best['images_per_s']:.2f}**")
     peaks = {s["system"]: (s.get("peak") or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
-    if peaks.get("kneepoint") and best:
-        ratios.append(f"saturated, kneepoint / engine limit = **{peaks['kneepoint'] / best['images_per_s']:.2f}**")
-    if ratios:
-        L += ["Capacity ratios: " + "; ".join(ratios) + ".", ""]
+    for me, how in KNEEPOINTS.items():
+        kp = caps.get(me)
+        ratios = []
+        if kp:
+            for peer in ("triton", "ray"):
+                if caps.get(peer):
+                    ratios.append(f"{me} / {NAMES[peer]} = **{kp / caps[peer]:.2f}×**")
+                elif peer in caps:
+                    ratios.append(f"{NAMES[peer]} met the SLO at no level measured")
+            if best:
+                ratios.append(f"{me} / engine limit = **{kp / best['images_per_s']:.2f}**")
+        if peaks.get(me) and best:
+            ratios.append(f"saturated, {me} / engine limit = **{peaks[me] / best['images_per_s']:.2f}**")
+        if ratios:
+            L += [f"Capacity ratios, kneepoint {how}: " + "; ".join(ratios) + ".", ""]
     if m.get("plot"):
         L += [f"![{m['model']}: latency percentiles vs offered load]({m['plot']})", ""]
     return "\n".join(L)

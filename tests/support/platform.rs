@@ -75,6 +75,17 @@ impl Platform {
     /// [`up`](Platform::up) on a veth pair whose MTU is `mtu` (9000 for
     /// jumbo fragments); `None` leaves the kernel's 1500.
     pub fn up_mtu(test: &str, model: &Path, mtu: Option<u32>) -> Result<Platform> {
+        Platform::up_with(test, model, mtu, &[])
+    }
+
+    /// [`up_mtu`](Platform::up_mtu) with `kp_if_extra` added to kp-if's
+    /// options (e.g. `--convert-on inference`).
+    pub fn up_with(
+        test: &str,
+        model: &Path,
+        mtu: Option<u32>,
+        kp_if_extra: &[&str],
+    ) -> Result<Platform> {
         ensure!(
             model.exists(),
             "{} is missing: run `make models` first",
@@ -94,23 +105,25 @@ impl Platform {
             &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
             &eal(&prefix, "0@0", &["--vdev", &vdev]),
         )?;
+        let mut kp_if_args: Vec<String> = vec![
+            "--model".into(),
+            model.display().to_string(),
+            "--control".into(),
+            control,
+            "--telemetry".into(),
+            telemetry,
+            "--slo-ms".into(),
+            "2000".into(),
+            "--cores".into(),
+            "1".into(),
+            "--threads".into(),
+            "2".into(),
+        ];
+        kp_if_args.extend(kp_if_extra.iter().map(|a| a.to_string()));
         let kp_if = Daemon::start_bin(
             &ns,
             "kp-if",
-            &[
-                "--model".into(),
-                model.display().to_string(),
-                "--control".into(),
-                control,
-                "--telemetry".into(),
-                telemetry,
-                "--slo-ms".into(),
-                "2000".into(),
-                "--cores".into(),
-                "1".into(),
-                "--threads".into(),
-                "2".into(),
-            ],
+            &kp_if_args,
             &eal(&prefix, "1@(0-1)", &["--proc-type", "secondary"]),
             "kp-if: ready",
         )?;
@@ -174,6 +187,16 @@ impl Platform {
 /// repository's check saw (> 0.5), five classes, and that kp-if answered
 /// exactly one request; returns kp-client's answer and the reports.
 pub fn classify_coffee(test: &str, mtu: Option<u32>, extra: &[&str]) -> Result<(Value, Reports)> {
+    classify_coffee_with(test, mtu, extra, &[])
+}
+
+/// [`classify_coffee`] with `kp_if_extra` added to kp-if's options.
+pub fn classify_coffee_with(
+    test: &str,
+    mtu: Option<u32>,
+    extra: &[&str],
+    kp_if_extra: &[&str],
+) -> Result<(Value, Reports)> {
     let models = repo_root().join("models");
     let photo = repo_root().join("build/photos/coffee.png");
     ensure!(
@@ -181,7 +204,12 @@ pub fn classify_coffee(test: &str, mtu: Option<u32>, extra: &[&str]) -> Result<(
         "{} is missing: run `make models` first (MODELS=efficientnet_lite0 is enough)",
         photo.display()
     );
-    let platform = Platform::up_mtu(test, &models.join("efficientnet_lite0/config.toml"), mtu)?;
+    let platform = Platform::up_with(
+        test,
+        &models.join("efficientnet_lite0/config.toml"),
+        mtu,
+        kp_if_extra,
+    )?;
     let out = run(platform
         .client_command(&bin("kp-client"))
         .args([

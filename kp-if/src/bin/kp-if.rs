@@ -74,6 +74,15 @@ struct Args {
     /// wherever the process may run.
     #[arg(long, value_parser = parse_cores)]
     cores: Option<Cores>,
+    /// Where an RGB image is converted to the model's input: `network`, by
+    /// the fragment thread as the bytes arrive (the design: the network
+    /// side's core does it, the inference core only runs the engine), or
+    /// `inference`, by the inference thread just before the engine (the
+    /// fragment thread copies bytes only): all of the IF's per-request work
+    /// on the inference core, as servers that preprocess in the model's
+    /// process do. GPU engines normalise on the device either way.
+    #[arg(long, value_enum, default_value_t = ConvertOn::Network)]
+    convert_on: ConvertOn,
     /// Reassembly timeout in ms: a request not complete by then is answered
     /// INCOMPLETE.
     #[arg(long, default_value_t = 100)]
@@ -115,6 +124,15 @@ struct Args {
     /// if-manager's `--file-prefix`, a distinct `--lcores ID@CPU`.
     #[arg(last = true)]
     eal: Vec<String>,
+}
+
+/// Which thread turns an RGB image into the model's input (`--convert-on`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ConvertOn {
+    /// The fragment thread, as fragments arrive.
+    Network,
+    /// The inference thread, before the engine runs a batch.
+    Inference,
 }
 
 /// A CPU list (a newtype so clap takes it as one value).
@@ -296,8 +314,9 @@ fn load_engine(
         );
     }
     // An engine that normalises images on its device (the GPU gather) gets
-    // them as they came: the fragment thread only copies bytes.
-    let layout = if engine.normalises_images() {
+    // them as they came: the fragment thread only copies bytes. So does one
+    // whose images the inference thread converts (`--convert-on inference`).
+    let layout = if engine.normalises_images() || args.convert_on == ConvertOn::Inference {
         layout.raw_images()
     } else {
         layout

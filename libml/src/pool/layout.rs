@@ -31,9 +31,13 @@
 //!   that normalises on its device (the GPU gather reads the bytes from
 //!   the pinned pool and applies the same table). The fragment thread then
 //!   copies bytes only, a quarter of the bytes it writes for
-//!   `RgbU8Hwc`. No CPU engine can take such a slot (its values are not
-//!   the model's input): a host picks this layout only for an engine that
-//!   says it normalises images itself (`Framework::normalises_images`).
+//!   `RgbU8Hwc`. Its values are not the model's input: a host picks this
+//!   layout for an engine that says it normalises images itself
+//!   (`Framework::normalises_images`), or to move the conversion off the
+//!   network-side core, when the runtime's inference thread makes each
+//!   slot the model's input with [`InputLayout::normalise_raw`] (the same
+//!   table, the same bits) before a CPU engine sees it (`kp-if
+//!   --convert-on inference`).
 //!
 //! # Fragments
 //!
@@ -251,6 +255,42 @@ impl InputLayout {
         match self {
             InputLayout::RgbU8HwcRaw(_) => self.request_bytes().div_ceil(4),
             _ => self.input_elems(),
+        }
+    }
+
+    /// Whether slots of this layout hold an image's raw bytes
+    /// ([`InputLayout::RgbU8HwcRaw`]) rather than the model's input.
+    pub fn is_raw(&self) -> bool {
+        matches!(self, InputLayout::RgbU8HwcRaw(_))
+    }
+
+    /// Writes into `out` (the model's input, `input_elems` values) what
+    /// the `RgbU8Hwc` layout would have put in the slot, from `raw`, a slot
+    /// of this [`InputLayout::RgbU8HwcRaw`] layout (`slot_elems` words
+    /// holding the request's bytes): the same table, the same bits. Nothing
+    /// is allocated (the bytes go through a buffer on the stack).
+    ///
+    /// # Panics
+    ///
+    /// On another layout, or slices of other sizes: the caller's
+    /// configuration.
+    pub fn normalise_raw(&self, raw: &[f32], out: &mut [f32]) {
+        let InputLayout::RgbU8HwcRaw(l) = self else {
+            panic!("normalise_raw on a layout that is not raw images");
+        };
+        assert_eq!(raw.len(), self.slot_elems(), "raw slot of the wrong size");
+        assert_eq!(out.len(), self.input_elems(), "input of the wrong size");
+        // 3,072 bytes a step: whole words and whole pixels.
+        const WORDS: usize = 768;
+        let total = self.request_bytes();
+        let mut bytes = [0u8; 4 * WORDS];
+        for (k, words) in raw.chunks(WORDS).enumerate() {
+            for (b, w) in bytes.chunks_exact_mut(4).zip(words) {
+                b.copy_from_slice(&w.to_bits().to_le_bytes());
+            }
+            let at = k * 4 * WORDS;
+            let len = (4 * words.len()).min(total - at);
+            l.write(&bytes[..len], at, out);
         }
     }
 

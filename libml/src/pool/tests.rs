@@ -461,3 +461,34 @@ fn a_raw_image_layout_keeps_the_bytes_as_they_came_in_any_fragment_order() {
     let f = InputLayout::f32_nchw(1, 2, 2).unwrap();
     assert_eq!(f.clone().raw_images(), f);
 }
+
+#[test]
+fn a_raw_slot_normalised_on_the_inference_side_is_the_cooked_slot_bit_for_bit() {
+    // 224×224 (three 3,072-byte steps and more, a tail shorter than one)
+    // and 5×3 (45 bytes: one partial step, not whole words).
+    for (h, w) in [(224, 224), (5, 3), (1, 1)] {
+        let cooked = InputLayout::rgb_u8_hwc(h, w, IMAGENET_MEAN, IMAGENET_STD).unwrap();
+        let raw = cooked.clone().raw_images();
+        assert!(raw.is_raw() && !cooked.is_raw());
+        let n = raw.request_bytes();
+        let mut rng = Rng(h as u64 * 131 + w as u64);
+        let image: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+        let mut want = vec![0f32; cooked.slot_elems()];
+        cooked.write_fragment(&image, 0, &mut want);
+        let mut slot = vec![f32::from_bits(0xdead_beef); raw.slot_elems()];
+        raw.write_fragment(&image, 0, &mut slot);
+        let mut got = vec![f32::NAN; raw.input_elems()];
+        raw.normalise_raw(&slot, &mut got);
+        assert!(
+            got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{h}x{w}"
+        );
+    }
+}
+
+#[test]
+#[should_panic(expected = "not raw images")]
+fn only_a_raw_layout_is_normalised() {
+    let cooked = InputLayout::rgb_u8_hwc(2, 2, IMAGENET_MEAN, IMAGENET_STD).unwrap();
+    cooked.normalise_raw(&[0.0; 12], &mut [0.0; 12]);
+}

@@ -182,6 +182,10 @@ struct DriverCounters {
     contiguous_batches: u64,
     /// Batches the engine read from the pool itself (`infer_slots`).
     in_place_batches: u64,
+    /// Batches of raw images the inference thread normalised into the
+    /// engine's input (`InputLayout::normalise_raw`) before a CPU engine
+    /// ran them.
+    normalised_batches: u64,
 }
 
 /// Runs the IF until `stop` is set (or it is idle, with `exit_when_idle`),
@@ -261,6 +265,7 @@ pub fn serve(
             }
             inference_loop(
                 cfg,
+                layout,
                 engine,
                 policy,
                 answerer,
@@ -344,6 +349,7 @@ pub fn serve(
             "contiguous_batches": inf.contiguous_batches,
             "gathered_batches": inf.gathered_batches,
             "in_place_batches": inf.in_place_batches,
+            "normalised_batches": inf.normalised_batches,
             "under_provisioning_reports": inf.under_reports,
             "over_provisioning_reports": inf.over_reports,
         },
@@ -766,6 +772,7 @@ fn parse(mbuf: &dpdk::Mbuf) -> Option<Parsed> {
 #[allow(clippy::too_many_arguments)]
 fn inference_loop<'p>(
     cfg: &RuntimeConfig,
+    layout: &InputLayout,
     engine: &mut dyn Framework,
     policy: &mut BatchPolicy,
     answerer: &Answerer,
@@ -857,6 +864,20 @@ fn inference_loop<'p>(
             // are out: nothing writes those slots while the engine reads.
             slot_ids.extend(batch.iter().map(|r| r.buf.index() as u32));
             engine.infer_slots(&slot_ids, &mut output[..n * cfg.output_elems])
+        } else if layout.is_raw() {
+            // Raw images for an engine that wants its input: normalised
+            // here, on the inference thread (`kp-if --convert-on
+            // inference`), through the fragment path's own table.
+            counters.normalised_batches += 1;
+            let per = layout.input_elems();
+            if gather.len() < n * per {
+                gather.resize(n * per, 0.0); // grows to the largest batch once
+            }
+            let input = &mut gather[..n * per];
+            for (r, out) in batch.iter().zip(input.chunks_exact_mut(per)) {
+                layout.normalise_raw(&r.buf, out); // writes every value
+            }
+            engine.infer_batch(input, n, &mut output[..n * cfg.output_elems])
         } else {
             match span.join(batch.iter().map(|r| &r.buf)) {
                 Some(input) => {
