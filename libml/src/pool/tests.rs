@@ -480,7 +480,9 @@ fn a_raw_slot_normalised_on_the_inference_side_is_the_cooked_slot_bit_for_bit() 
         let mut got = vec![f32::NAN; raw.input_elems()];
         raw.normalise_raw(&slot, &mut got);
         assert!(
-            got.iter().zip(&want).all(|(a, b)| a.to_bits() == b.to_bits()),
+            got.iter()
+                .zip(&want)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
             "{h}x{w}"
         );
     }
