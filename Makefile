@@ -103,10 +103,16 @@ bench: build models
 	scripts/bench-orchestrator.sh
 	bench/bench_gateway.sh
 	$(CARGO) bench --locked -p if-manager --bench classify
-	$(PYTHON) bench/bench.py
+	$(MAKE) bench-peers
 
+# BENCH_REPEATS runs (3; each ~2 h), each into target/bench/peers/rep-K/,
+# from K = BENCH_REPEAT_FROM (1: a later session can add runs), then their
+# medians, spreads and conclusions (bench.py --combine) into PERFORMANCE.md.
 bench-peers: build models
-	$(PYTHON) bench/bench.py
+	@set -e; for k in $$(seq $${BENCH_REPEAT_FROM:-1} $${BENCH_REPEATS:-3}); do \
+	  BENCH_OUT=target/bench/peers/rep-$$k BENCH_UPDATE_DOCS=0 $(PYTHON) bench/bench.py; \
+	done
+	$(PYTHON) bench/bench.py --combine target/bench/peers
 
 # Chaos under load (docs/RELIABILITY.md, "Chaos"): two IFs under open-loop
 # load while a seeded schedule SIGKILLs actives, shadows, kp-ifs loading

@@ -8,6 +8,15 @@ same SLO — and the engine limit they are all bounded by.
     BENCH_MODELS=squeezenet BENCH_SYSTEMS=kneepoint,triton .venv/bin/python bench/bench.py
     .venv/bin/python bench/bench.py --smoke --out /tmp/x   # what `make test` runs (< 60 s)
     .venv/bin/python bench/bench.py --report-only           # redraw from the CSVs
+    .venv/bin/python bench/bench.py --combine target/bench/peers   # the runs rep-*/: medians, spreads
+
+`make bench-peers` runs it BENCH_REPEATS (3) times, each into
+target/bench/peers/rep-K/, then --combine: each system's capacity as a
+median and a spread over the runs, each ratio with its spread, and a
+comparison called a win (or a loss) only when the two capacity spreads do
+not overlap; the conclusions are written by report.repeats_markdown, not
+by hand. The runs may come from separate sessions (BENCH_REPEAT_FROM picks
+the first K to run).
 
 Per model (the SLO: BENCH_SLO_X times the engine's batch-1 median measured
 in the same run, 4 by default, or models/<name>/config.toml's with 0):
@@ -957,8 +966,14 @@ def main() -> int:
     ap.add_argument("--docs", type=Path, help="where the plots go (default BENCH_DOCS or docs/bench; "
                     "with --smoke, OUT/docs)")
     ap.add_argument("--report-only", action="store_true", help="only redraw the report from OUT's CSVs")
+    ap.add_argument("--combine", type=Path, metavar="DIR",
+                    help="summarise the runs in DIR/rep-*/ (each a run's results folder, as `make bench-peers` "
+                         "makes them): medians, spreads and the conclusions they allow, then the last run in "
+                         "detail, into DIR/report.md and docs/PERFORMANCE.md")
     a = ap.parse_args()
     s = Settings(a.smoke)
+    if a.combine:
+        return combine(a.combine.resolve(), s)
     out = (a.out or Path(env("BENCH_OUT", str(REPO / "target/bench/peers")))).resolve()
     docs = (a.docs or (out / "docs" if a.smoke else Path(env("BENCH_DOCS", str(REPO / "docs/bench"))))).resolve()
 
@@ -1128,6 +1143,25 @@ def smoke_check(out: Path, meta: dict) -> int:
         n = sum(1 for w in read_csv(out / "windows.csv") if w["phase"] != "warmup")
         say(f"smoke: OK ({n} windows)")
     return 1 if problems else 0
+
+
+def combine(top: Path, s: Settings) -> int:
+    """`--combine DIR`: the repeats' summary and the last run's report."""
+    def number(d: Path) -> int:
+        tail = d.name.rsplit("-", 1)[-1]
+        return int(tail) if tail.isdigit() else 0
+
+    dirs = sorted((d for d in top.glob("rep-*") if (d / "summary.json").exists()), key=number)
+    if not dirs:
+        raise SystemExit(f"bench: no run in {top}/rep-*/ (run `make bench-peers`)")
+    runs = [json.loads((d / "summary.json").read_text()) for d in dirs]
+    md = (report.repeats_markdown(runs) + f"\n### The last run ({dirs[-1].name}) in detail\n\n"
+          + (dirs[-1] / "report.md").read_text())
+    (top / "report.md").write_text(md)
+    finish_docs(s, md, False)
+    print(md)
+    say(f"{len(runs)} runs summarised: {top / 'report.md'}")
+    return 0
 
 
 def finish_docs(s: Settings, md: str, smoke: bool):

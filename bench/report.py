@@ -289,6 +289,116 @@ def svg_plot(model: str, slo_ms: float, engine_limit: float | None, series: dict
     return "\n".join(o) + "\n"
 
 
+# --- repeats: medians, spreads, and what they allow to be said ----------------
+
+# The issue's capacity targets: kneepoint (as designed) against each peer.
+TARGETS = {"squeezenet": 1.5, "resnet50": 1.2}
+
+
+def spread(values: list[float]) -> dict | None:
+    """Median (the middle value; the mean of the two middle ones for an
+    even count), smallest and largest of values; None when empty."""
+    v = sorted(values)
+    if not v:
+        return None
+    mid = len(v) // 2
+    med = v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+    return {"median": med, "min": v[0], "max": v[-1], "n": len(v)}
+
+
+def _sp(x: dict | None, nd: int = 1, unit: str = "") -> str:
+    if not x:
+        return "-"
+    return f"{x['median']:.{nd}f}{unit} [{x['min']:.{nd}f}–{x['max']:.{nd}f}]"
+
+
+def repeats(runs: list[dict]) -> list[dict]:
+    """Per model, over runs (each a bench run's summary.json: {"meta",
+    "models"}): each system's capacity and peak (OK req/s), the engine
+    limit, and for each kneepoint way and peer the per-run ratio of
+    capacities; a comparison is a *win* (or a *loss*) only when the two
+    systems' capacity spreads do not overlap."""
+    out = []
+    names = list(dict.fromkeys(m["model"] for r in runs for m in r["models"]))
+    for name in names:
+        per = [next((m for m in r["models"] if m["model"] == name), None) for r in runs]
+        per = [m for m in per if m]
+        systems = list(dict.fromkeys(s["system"] for m in per for s in m["systems"]))
+
+        def caps(system, key="capacity"):
+            vals = []
+            for m in per:
+                s = next((s for s in m["systems"] if s["system"] == system), None)
+                if s and s.get(key):
+                    vals.append(s[key]["ok_per_s"])
+            return vals
+
+        engine = [max(r["images_per_s"] for r in m["engine"]) for m in per if m.get("engine")]
+        row = {"model": name, "runs": len(per), "slo_ms": spread([m["slo_ms"] for m in per]),
+               "engine_limit": spread(engine),
+               "capacity": {s: spread(caps(s)) for s in systems},
+               "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": []}
+        for me in KNEEPOINTS:
+            if me not in systems:
+                continue
+            for peer in ("triton", "ray"):
+                if peer not in systems:
+                    continue
+                ratios = []
+                for m in per:
+                    c = {s["system"]: (s.get("capacity") or {}).get("ok_per_s") for s in m["systems"]}
+                    if c.get(me) and c.get(peer):
+                        ratios.append(c[me] / c[peer])
+                a, b = row["capacity"][me], row["capacity"][peer]
+                verdict = ("win" if a and b and a["min"] > b["max"] else
+                           "loss" if a and b and a["max"] < b["min"] else "overlap")
+                target = TARGETS.get(name) if me == "kneepoint" else None
+                r = spread(ratios)
+                row["comparisons"].append({
+                    "kneepoint": me, "peer": peer, "ratio": r, "verdict": verdict, "target": target,
+                    "target_met": (target is not None and r is not None and verdict == "win"
+                                   and r["median"] >= target)})
+        out.append(row)
+    return out
+
+
+def repeats_markdown(runs: list[dict]) -> str:
+    """The summary of several runs, and the conclusions the data allow,
+    written by this code (not by hand) so they cannot go stale."""
+    commits = [r["meta"].get("git", "?") for r in runs]
+    L = [f"### Over {len(runs)} runs (median [smallest–largest])", "",
+         "Runs: " + "; ".join(f"{r['meta'].get('started', '?')} at {c}" for r, c in zip(runs, commits)) + ".",
+         ""]
+    if any(c.endswith("+dirty") for c in commits):
+        L += ["**Some runs were of a tree with uncommitted changes (+dirty): not a record.**", ""]
+    reps = repeats(runs)
+    for row in reps:
+        systems = list(row["capacity"])
+        L += [f"#### {row['model']} (SLO {_sp(row['slo_ms'], 1, ' ms')}; engine limit "
+              f"{_sp(row['engine_limit'])} images/s)", "",
+              "| system | capacity: OK req/s with p99 ≤ SLO | peak: OK req/s, saturated |", "|---|---|---|"]
+        for s in systems:
+            L.append(f"| {NAMES.get(s, s)} | {_sp(row['capacity'][s])} | {_sp(row['peak'][s])} |")
+        L.append("")
+    L += ["### What the runs say (generated)", ""]
+    for row in reps:
+        for c in row["comparisons"]:
+            how = {"win": "a win: the capacity spreads do not overlap",
+                   "loss": "a loss: the capacity spreads do not overlap",
+                   "overlap": "not a win or a loss: the capacity spreads overlap"}[c["verdict"]]
+            line = (f"- {row['model']}: {c['kneepoint']} / {NAMES[c['peer']]} = "
+                    f"{_sp(c['ratio'], 2, '×')}, {how}")
+            if c["target"] is not None:
+                line += (f"; the issue's target (a median ≥ {c['target']:g}× and a win) is "
+                         f"{'met' if c['target_met'] else 'not met'}")
+            L.append(line + ".")
+        cap = row["capacity"].get("kneepoint")
+        if cap and row["engine_limit"]:
+            L.append(f"- {row['model']}: kneepoint's capacity is {cap['median'] / row['engine_limit']['median']:.2f} "
+                     f"of the engine limit (medians).")
+    return "\n".join(L) + "\n"
+
+
 # --- PERFORMANCE.md ---------------------------------------------------------
 
 BEGIN = "<!-- bench-peers:begin (generated by `make bench`: bench/bench.py) -->"

@@ -94,6 +94,52 @@ class Levels(unittest.TestCase):
         self.assertIsNone(report.peak([]))
 
 
+class Repeats(unittest.TestCase):
+    @staticmethod
+    def one(git, caps, peaks=None, limit=200.0):
+        systems = [{"system": k, "capacity": {"ok_per_s": v} if v else None,
+                    "peak": {"ok_per_s": (peaks or {}).get(k, v or 1.0)}} for k, v in caps.items()]
+        return {"meta": {"git": git, "started": "2026-11-27 09:00 UTC"},
+                "models": [{"model": "squeezenet", "slo_ms": 40.0, "engine": [{"images_per_s": limit}],
+                            "systems": systems}]}
+
+    def test_medians_spreads_and_wins_only_without_overlap(self):
+        runs = [self.one("a1", {"kneepoint": 190, "kneepoint-ic": 170, "triton": 120, "ray": 150}),
+                self.one("a1", {"kneepoint": 185, "kneepoint-ic": 160, "triton": 125, "ray": 175}),
+                self.one("a1", {"kneepoint": 195, "kneepoint-ic": 165, "triton": 118, "ray": 160})]
+        row = report.repeats(runs)[0]
+        self.assertEqual(row["capacity"]["kneepoint"], {"median": 190, "min": 185, "max": 195, "n": 3})
+        c = {(x["kneepoint"], x["peer"]): x for x in row["comparisons"]}
+        # 185..195 against 118..125: a win; the ratios' median is 190/120.
+        self.assertEqual(c[("kneepoint", "triton")]["verdict"], "win")
+        self.assertAlmostEqual(c[("kneepoint", "triton")]["ratio"]["median"], 190 / 120)
+        # Target 1.5x on squeezenet: a median ratio >= 1.5 and a win.
+        self.assertTrue(c[("kneepoint", "triton")]["target_met"])
+        # 185..195 against 150..175: a win, but 1.06..1.27x is under 1.5x.
+        self.assertEqual(c[("kneepoint", "ray")]["verdict"], "win")
+        self.assertFalse(c[("kneepoint", "ray")]["target_met"])
+        # 160..170 against 150..175: the spreads overlap.
+        self.assertEqual(c[("kneepoint-ic", "ray")]["verdict"], "overlap")
+        self.assertIsNone(c[("kneepoint-ic", "ray")]["target"])
+        md = report.repeats_markdown(runs)
+        self.assertIn("| kneepoint | 190.0 [185.0–195.0] |", md)
+        self.assertIn("- squeezenet: kneepoint / Triton = 1.58× [1.48–1.65]", md)
+        self.assertIn("a win: the capacity spreads do not overlap; the issue's target (a median ≥ 1.5× and a win) is met", md)
+        self.assertIn("kneepoint-ic / Ray Serve = 1.03× [0.91–1.13], not a win or a loss", md)
+        self.assertIn("kneepoint's capacity is 0.95 of the engine limit", md)
+        self.assertNotIn("dirty", md)
+
+    def test_a_loss_a_missing_capacity_and_a_dirty_tree_are_said(self):
+        runs = [self.one("b2+dirty", {"kneepoint": 100, "triton": 150}),
+                self.one("b2", {"kneepoint": 110, "triton": None})]
+        row = report.repeats(runs)[0]
+        c = row["comparisons"][0]
+        self.assertEqual(row["capacity"]["triton"]["n"], 1)
+        self.assertEqual(c["verdict"], "loss")
+        self.assertEqual(c["ratio"]["n"], 1)  # only the run where both met the SLO
+        self.assertIn("not a record", report.repeats_markdown(runs))
+
+
 class Documents(unittest.TestCase):
     def test_the_section_between_the_markers_is_replaced_and_the_rest_kept(self):
         doc = f"# Perf\n\nbefore\n{report.BEGIN}\nold\n{report.END}\nafter\n"
