@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Benchmark: what an idle if-manager costs (docs/PERFORMANCE.md, "if-manager:
+# CPU use when idle"): the if-manager on `net_ring0` (a DPDK ring device: no
+# traffic can arrive), once with its idle back-off (the default) and once
+# with --busy-poll; its main thread's (the polling lcore's) user + system
+# ticks from /proc over SECONDS (10), after WARMUP (2) s, as % of one core.
+# Prints one JSON line per mode and a markdown table; writes
+# build/bench/idle.json.
+#
+# Env: SECONDS_IDLE (10), WARMUP (2). Needs root (hugepages) and `make build`.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin="$repo/target/${PROFILE:-release}"
+out="$repo/build/bench"
+mkdir -p "$out"
+secs=${SECONDS_IDLE:-10}
+warmup=${WARMUP:-2}
+hz=$(getconf CLK_TCK)
+[[ -x $bin/if-manager ]] || { echo "bench-idle: no $bin/if-manager: run 'make build'" >&2; exit 1; }
+
+# ticks PID: user + system ticks of the process's main thread.
+ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat"; }
+
+measure() {
+  local mode=$1 prefix="kp-idle-$$-$1" pid t0 t1 extra=()
+  [[ $mode == busy-poll ]] && extra=(--busy-poll)
+  "$bin/if-manager" "${extra[@]}" --if 1 -- --lcores 0@0 --file-prefix "$prefix" --no-pci --no-telemetry \
+    --log-level lib.eal:error --vdev net_ring0 >"$out/idle-$mode.json" 2>"$out/idle-$mode.log" &
+  pid=$!
+  for _ in $(seq 300); do
+    grep -q "if-manager: ready" "$out/idle-$mode.log" 2>/dev/null && break
+    kill -0 "$pid" 2>/dev/null || { cat "$out/idle-$mode.log" >&2; echo "bench-idle: the if-manager exited" >&2; exit 1; }
+    sleep 0.1
+  done
+  sleep "$warmup"
+  t0=$(ticks "$pid")
+  sleep "$secs"
+  t1=$(ticks "$pid")
+  kill -INT "$pid"
+  wait "$pid" || true
+  rm -rf /dev/hugepages/"$prefix"* /var/run/dpdk/"$prefix" 2>/dev/null || true
+  awk -v m="$mode" -v d=$((t1 - t0)) -v s="$secs" -v hz="$hz" \
+    'BEGIN { printf "{\"mode\": \"%s\", \"ticks\": %d, \"seconds\": %d, \"core_pct\": %.1f}\n", m, d, s, 100 * d / (s * hz) }'
+}
+
+{
+  measure idle-backoff
+  measure busy-poll
+} | tee "$out/idle.jsonl"
+jq -s '.' "$out/idle.jsonl" >"$out/idle.json"
+echo
+echo "| if-manager, no traffic | % of one core (main thread, ${secs} s) |"
+echo "|---|---|"
+jq -r '.[] | "| \(.mode) | \(.core_pct) |"' "$out/idle.json"
