@@ -99,6 +99,7 @@ demo-offline: build
 # `make bench-peers` runs only the side by side.
 bench: build models
 	scripts/bench-if-manager.sh
+	scripts/bench-idle.sh
 	scripts/bench-if.sh
 	scripts/bench-orchestrator.sh
 	bench/bench_gateway.sh
