@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Benchmark: the orchestrator's shadow switchover gaps under load, and the
-# convergence of its self-tuning loop from a wrong initial share.
+# Benchmark: the orchestrator's shadow switchover gaps under load, the
+# convergence of its self-tuning loop from a wrong initial share, and
+# switchovers as clients see them.
 #
-#   scripts/bench-orchestrator.sh                       # both phases
+#   scripts/bench-orchestrator.sh                       # all three phases
 #   PHASES=switchover SWITCHOVERS=100 scripts/bench-orchestrator.sh
 #   PHASES=convergence HOLD_DOWN=5 scripts/bench-orchestrator.sh
 #
@@ -51,7 +52,7 @@
 # follow real latency and throughput but its share changes change nothing
 # the IFs run on; docs/PERFORMANCE.md says what this does and does not show.
 #
-# Phase "impact" (not in the default PHASES; issue 13): switchovers as the
+# Phase "impact" (issue 13; ~10 min): switchovers as the
 # clients see them, once per fraction of IMPACT_LOADS of if 1's measured
 # capacity: open-loop load on if 1, every request recorded, while
 # IMPACT_SWITCHOVERS switchovers run; requests in flight within
@@ -62,7 +63,7 @@
 # target/bench/orchestrator/{switchover,convergence-SCENARIO}/; a markdown
 # summary is printed and written to target/bench/orchestrator/summary.md.
 #
-# Env: PHASES ("switchover convergence"), SWITCHOVERS (100), SETTLE (1 s),
+# Env: PHASES ("switchover convergence impact"), SWITCHOVERS (100), SETTLE (1 s),
 # FRAG_GAP (20us), CONCURRENCY (2), CHUNK (10 s), SCENARIOS ("too-large
 # too-small"), CONV_DURATION (150 s), TUNING_PERIOD_MS (1000), HOLD_DOWN
 # (10 s, the config's default), MIN_STEP (5), STABLE_K (4); IMPACT_LOADS
@@ -85,7 +86,7 @@ py="$repo/.venv/bin/python"
 [[ -x "$py" ]] || py=python3
 # The Python side: settings, the phases' results, the summary (tested).
 harness="$repo/bench/bench_orchestrator.py"
-phases=${PHASES:-switchover convergence}
+phases=${PHASES:-switchover convergence impact}
 switchovers=${SWITCHOVERS:-100}
 settle=${SETTLE:-1}
 frag_gap=${FRAG_GAP:-20us}
