@@ -67,7 +67,7 @@
 # FRAG_GAP (20us), CONCURRENCY (2), CHUNK (10 s), SCENARIOS ("too-large
 # too-small"), CONV_DURATION (150 s), TUNING_PERIOD_MS (1000), HOLD_DOWN
 # (10 s, the config's default), MIN_STEP (5), STABLE_K (4); IMPACT_LOADS
-# ("0.5 0.9"), IMPACT_SWITCHOVERS (100), IMPACT_MARGIN_MS (10),
+# ("0.5 0.9"), IMPACT_SWITCHOVERS (100), IMPACT_MARGIN_MS (10), IMPACT_SETTLE (5 s),
 # CAP_CONCURRENCY (8), CAP_S (10 s); for the custom
 # scenario SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5; CPUS (0-1: the CPUs of the
 # whole benchmark, IFs, if-manager (on the first), orchestrator, clients;
@@ -101,6 +101,11 @@ scenarios=${SCENARIOS:-too-large too-small}
 impact_loads=${IMPACT_LOADS:-0.5 0.9}
 impact_switchovers=${IMPACT_SWITCHOVERS:-100}
 impact_margin_ms=${IMPACT_MARGIN_MS:-10}
+# Seconds between the impact phase's switchovers: on a machine where the
+# shadow loads its model on the cores the active serves on, back-to-back
+# re-provisions keep one loading all the time, and "all the others" are no
+# calm baseline (docs/PERFORMANCE.md).
+impact_settle=${IMPACT_SETTLE:-5}
 cap_concurrency=${CAP_CONCURRENCY:-8}
 cap_s=${CAP_S:-10}
 # Where everything runs: the IFs' cores (the orchestrator's `cores`), the
@@ -300,13 +305,13 @@ meta() {
     --if1 "$share1" "$slo1" "$rate1" --if5 "$share5" "$slo5" "$rate5"
 }
 
-# switch_if1 N LABEL: N re-provisions of if 1 under the load already
-# running, `kpctl share 1 40` / `60` alternately, each waited for (status:
-# switchovers + 1 and active), SETTLE s apart; one row each in
-# $cur/switchovers.csv.
+# switch_if1 N LABEL [SETTLE]: N re-provisions of if 1 under the load
+# already running, `kpctl share 1 40` / `60` alternately, each waited for
+# (status: switchovers + 1 and active), SETTLE s apart (default $settle);
+# one row each in $cur/switchovers.csv.
 switch_if1() {
   echo "n,target_pct,t_cmd_s,cmd_to_active_ms,gap_us_status,old_pid,new_pid" >"$cur/switchovers.csv"
-  local n=$1 label=$2 i pct before s row t0 t1 old new done_ok
+  local n=$1 label=$2 pause=${3:-$settle} i pct before s row t0 t1 old new done_ok
   local t_load
   t_load=$(cat "$cur/load.started")
   for ((i = 1; i <= n; i++)); do
@@ -341,7 +346,7 @@ switch_if1() {
       "$(calc "($t1 - $t0) * 1000")" "$(jq -r '.last_switchover_gap_us' <<<"$row")" \
       "$old" "$new" >>"$cur/switchovers.csv"
     if ((i % 10 == 0)); then say "[$label] $i done (load average $(loadavg))"; fi
-    sleep "$settle"
+    sleep "$pause"
   done
 }
 
@@ -465,7 +470,7 @@ phase_impact() {
   RECORD_CLIENTS=1 start_loop if1 --if-id 1 --rate "$rate"
   start_loop if5 --if-id 5 --concurrency 1
   sleep 3
-  switch_if1 "$impact_switchovers" "impact $frac"
+  switch_if1 "$impact_switchovers" "impact $frac" "$impact_settle"
   sleep 2
   busy end
   touch "$stopfile"
