@@ -1068,19 +1068,24 @@ def main() -> int:
     return smoke_check(out, meta) if a.smoke else 0
 
 
+def batch_1(engine: list[dict], key: str) -> float | None:
+    """The engine limit's batch-1 row's `key` (ms), None without one."""
+    return next((float(r[key]) for r in engine if int(r["batch"]) == 1), None)
+
+
 def slo_from_engine(x: float, engine: list[dict], configured_ms: float) -> float:
     """x times the engine's batch-1 median measured in this run (the
     configured SLO when there is no batch-1 measurement), to 0.1 ms."""
-    b1 = [float(r["median_ms"]) for r in engine if int(r["batch"]) == 1]
-    return round(x * b1[0], 1) if b1 else configured_ms
+    b1 = batch_1(engine, "median_ms")
+    return round(x * b1, 1) if b1 is not None else configured_ms
 
 
 def queue_timeout_us(slo_ms: float, engine: list[dict]) -> int:
     """How long Triton may keep a request queued (BENCH_PEER_SHED): the SLO
     less the engine's batch-1 median measured in this run (what one more
     run of the model needs), at least 1 ms."""
-    b1 = [float(r["median_ms"]) for r in engine if int(r["batch"]) == 1]
-    return max(1000, int(round((slo_ms - (b1[0] if b1 else 0.0)) * 1000)))
+    b1 = batch_1(engine, "median_ms") or 0.0
+    return max(1000, int(round((slo_ms - b1) * 1000)))
 
 
 # The smoke run's SLO is at least this many times the engine's batch-1 p99
@@ -1096,8 +1101,8 @@ SMOKE_SLO_X = 10.0
 def smoke_slo_ms(configured_ms: float, engine: list[dict]) -> float:
     """The SLO a smoke run uses: the configured one, or SMOKE_SLO_X times
     the engine's batch-1 p99 measured in this run if that is longer."""
-    b1 = [float(r["p99_ms"]) for r in engine if int(r["batch"]) == 1]
-    return max(configured_ms, SMOKE_SLO_X * b1[0]) if b1 else configured_ms
+    b1 = batch_1(engine, "p99_ms")
+    return max(configured_ms, SMOKE_SLO_X * b1) if b1 is not None else configured_ms
 
 
 def smoke_problems(windows: list[dict], systems: list[str], models: list[str], errors: dict) -> list[str]:

@@ -221,10 +221,7 @@ fn run(args: &Args, gpu: &Gpu) -> Result<()> {
             let mut want = vec![0.0f32; elems];
             let host_lut = gather::rgb_lut(MEAN, STD);
             gather::gather_cpu(region.as_slice(), &host_descs, shape, &host_lut, &mut want)?;
-            let exact = got
-                .iter()
-                .zip(&want)
-                .all(|(a, b)| a.to_bits() == b.to_bits());
+            let exact = same_bits(&got, &want);
             ensure!(
                 exact,
                 "{name} batch {batch}: the kernel and the CPU reference differ"
@@ -491,10 +488,7 @@ fn check_model(
     let eager_run = gp.run(&input, 2, &mut eager);
     gp.set_graphs(true);
     eager_run?;
-    let graphs_same = got
-        .iter()
-        .zip(&eager)
-        .all(|(a, b)| a.to_bits() == b.to_bits());
+    let graphs_same = same_bits(&got, &eager);
     let mut worst = 0.0f32;
     let mut same_top5 = true;
     for n in 0..2 {
@@ -588,6 +582,12 @@ fn check_model(
     Ok(ok)
 }
 
+/// Whether `a` and `b` hold the same bits, value by value (NaN payloads
+/// and signed zeros included).
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
 /// What [`in_place`] found.
 struct InPlace {
     same_bits: bool,
@@ -629,10 +629,7 @@ fn in_place(args: &Args, gp: &mut GpuPlan, input: &[f32], want: &[f32]) -> Resul
     let result = (|| -> Result<InPlace> {
         let mut got = vec![0.0f32; 2 * po];
         gp.run_gathered(&[3 * slot_bytes, slot_bytes], &mut got)?;
-        let same_bits = got
-            .iter()
-            .zip(want)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
+        let same_bits = same_bits(&got, want);
         let b = args.max_batch;
         let offsets: Vec<u64> = (0..b as u64).rev().map(|s| s * slot_bytes).collect();
         let mut out = vec![0.0f32; b * po];
@@ -698,10 +695,7 @@ fn raw_images(gp: &mut GpuPlan, h: usize, w: usize) -> Result<bool> {
     let result = gp.run_gathered(&offsets, &mut got);
     gp.detach_pool();
     result?;
-    Ok(got
-        .iter()
-        .zip(&want)
-        .all(|(a, b)| a.to_bits() == b.to_bits()))
+    Ok(same_bits(&got, &want))
 }
 
 /// The median wall time of `reps` calls of `f` (after one warm-up), ms:

@@ -112,6 +112,28 @@ struct Configured {
     events: (CudaEvent, CudaEvent, CudaEvent),
 }
 
+impl Configured {
+    /// Enqueues every step of `plan` at batch `b`, one host call each.
+    fn enqueue(
+        &mut self,
+        d: &Dnn,
+        plan: &Plan,
+        params: &DeviceF32,
+        b: usize,
+    ) -> Result<(), GpuError> {
+        let ops = &self.per_batch[b - 1];
+        run_steps(
+            d,
+            plan,
+            ops,
+            b,
+            &mut self.arena,
+            params,
+            &mut self.workspace,
+        )
+    }
+}
+
 /// How a configured [`GpuPlan`] runs its steps.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StepLaunch {
@@ -273,15 +295,7 @@ impl GpuPlan {
         // One eager batch of every size first: the libraries load the
         // kernels each size uses (lazily, by default) outside any capture.
         for b in 1..=max_batch {
-            run_steps(
-                d,
-                &self.plan,
-                &run.per_batch[b - 1],
-                b,
-                &mut run.arena,
-                &self.params,
-                &mut run.workspace,
-            )?;
+            run.enqueue(d, &self.plan, &self.params, b)?;
         }
         d.stream().synchronize().map_err(|error| GpuError::Cuda {
             what: "the warm-up batches",
@@ -294,15 +308,7 @@ impl GpuPlan {
         let plan = &self.plan;
         let params = &self.params;
         let captured = (1..=max_batch)
-            .map(|b| {
-                let Configured {
-                    per_batch,
-                    arena,
-                    workspace,
-                    ..
-                } = &mut run;
-                d.capture(|d| run_steps(d, plan, &per_batch[b - 1], b, arena, params, workspace))
-            })
+            .map(|b| d.capture(|d| run.enqueue(d, plan, params, b)))
             .collect::<Result<Vec<_>, _>>();
         match captured {
             Ok(graphs) => {
@@ -433,15 +439,7 @@ impl GpuPlan {
             .map_err(timing("recording an event"))?;
         match run.graphs.get(batch - 1) {
             Some(graph) if self.use_graphs => graph.launch()?,
-            _ => run_steps(
-                d,
-                &self.plan,
-                &run.per_batch[batch - 1],
-                batch,
-                &mut run.arena,
-                &self.params,
-                &mut run.workspace,
-            )?,
+            _ => run.enqueue(d, &self.plan, &self.params, batch)?,
         }
         run.events
             .2

@@ -506,13 +506,15 @@ fn worker(
                     Format::Raw => b"classes",
                     Format::Triton => b"CLASSES",
                 };
-                let well_formed = resp.body.windows(want.len()).any(|w| w == want);
-                if resp.status == 200 && !well_formed {
+                // A 200 is a success only with a well-formed body (only a
+                // 200's body is searched).
+                let ok = resp.status == 200 && resp.body.windows(want.len()).any(|w| w == want);
+                if resp.status == 200 && !ok {
                     t.malformed += 1;
                 }
                 let rtt = now.saturating_duration_since(job.at).as_micros().max(1) as u64;
                 t.rtt_us.saturating_record(rtt);
-                if resp.status == 200 && well_formed {
+                if ok {
                     t.ok_rtt_us.saturating_record(rtt);
                 }
                 if let Some(platform) = resp.platform_rtt_us {
