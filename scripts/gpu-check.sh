@@ -20,6 +20,8 @@
 # same models in PyTorch eager (when python3 has torch) for the comparison;
 # last, when the machine has CUDA MPS, scripts/gpu-knee.sh sweeps the MPS
 # percentage for a small, a medium and a large model (the knee).
+# GPU_CHECK_BASELINES=0 skips the two baselines (ONNX Runtime, PyTorch):
+# for a short run that measures the gather and the knee only.
 #
 # Exit status: 0 passed, 1 a check failed, 2 no GPU path on this machine.
 # GPU_CHECK_OUT: where the CSVs go (build/gpu-check).
@@ -84,14 +86,19 @@ eager=()
 status=$?
 set -e
 if ((status == 2)); then exit 2; fi
-if python3 -c 'import onnxruntime' 2>/dev/null; then
+baselines=${GPU_CHECK_BASELINES:-1}
+if [[ $baselines != 1 ]]; then
+  echo "gpu-check: GPU_CHECK_BASELINES=$baselines: no ONNX Runtime or PyTorch baseline this run" >&2
+elif python3 -c 'import onnxruntime' 2>/dev/null; then
   python3 "${repo:-$here/..}/scripts/gpu_check_ort.py" "$models" "$out" || status=1
 else
   echo "gpu-check: no onnxruntime for python3 here: the engine was checked against the CPU reference only" >&2
 fi
 # The baseline: the same models in PyTorch eager on this GPU, timed the
 # same way, and the cudnn engine's latency against it (cudnn_vs_torch.csv).
-if python3 -c 'import torch, onnx, numpy' 2>/dev/null; then
+if [[ $baselines != 1 ]]; then
+  :
+elif python3 -c 'import torch, onnx, numpy' 2>/dev/null; then
   python3 "${repo:-$here/..}/scripts/gpu_torch_eager.py" "$models" "$out" --reps 50 --max-batch 32 \
     ${GPU_CHECK_ONLY:+--only "$GPU_CHECK_ONLY"} || status=1
 else

@@ -493,18 +493,16 @@ impl GatherKernel {
             });
         }
         let n = host_descs.len() as u32;
-        // One thread per pixel (RGB) or value (f32) of each request.
         let per = match shape {
             GatherShape::RgbU8Hwc { height, width } => u64::from(height) * u64::from(width),
             GatherShape::F32 { elems } => u64::from(elems),
         };
-        let threads = u64::from(n) * per;
-        if threads == 0 {
+        if n == 0 || per == 0 {
             return Ok(());
         }
-        let blocks = threads.div_ceil(u64::from(BLOCK)).min(65_535 * 8) as u32;
+        let (x, y) = gather::grid(shape, host_descs.len())?;
         let cfg = LaunchConfig {
-            grid_dim: (blocks, 1, 1),
+            grid_dim: (x, y, 1),
             block_dim: (BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };

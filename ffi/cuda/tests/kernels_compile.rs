@@ -85,5 +85,17 @@ fn every_kernel_compiles_with_nvrtc() {
                 "{what}: no kernel {entry} in the PTX"
             );
         }
+        if source == kp_cuda::gather::KERNEL_SOURCE {
+            // Both gathers read aligned pool memory 16 bytes per load (what
+            // their bandwidth rests on): one vector load each in the PTX.
+            let vector_loads = text
+                .lines()
+                .filter(|l| l.contains("ld.global") && l.contains(".v4."))
+                .count();
+            assert!(
+                vector_loads >= 2,
+                "the gather's PTX has {vector_loads} 16-byte global loads, want one per kernel"
+            );
+        }
     }
 }
