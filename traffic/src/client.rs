@@ -177,6 +177,10 @@ pub struct Tally {
     pub platform_latency_us: Histogram<u64>,
     /// Sum of `batch_size` over OK answers.
     pub batch_size_sum: u64,
+    /// OK answers per `batch_size`: the batch mix the platform ran, which
+    /// the engine alone is timed at to compare with (a batch of `b` gives
+    /// `b` answers).
+    pub ok_by_batch_size: BTreeMap<u16, u64>,
     /// When the first request was scheduled (sent, in closed loop).
     pub first_send: Option<Instant>,
     /// When the last answer came.
@@ -204,6 +208,7 @@ impl Tally {
             lag_us: hist(),
             platform_latency_us: hist(),
             batch_size_sum: 0,
+            ok_by_batch_size: BTreeMap::new(),
             first_send: None,
             last_answer: None,
         }
@@ -244,6 +249,7 @@ impl Tally {
             .saturating_record(u64::from(r.platform_latency_us).max(1));
         if r.status == Status::Ok {
             self.batch_size_sum += u64::from(r.batch_size);
+            *self.ok_by_batch_size.entry(r.batch_size).or_default() += 1;
         }
         self.last_answer = Some(
             self.last_answer
@@ -399,6 +405,8 @@ pub struct Report {
     pub platform_latency_us: Percentiles,
     /// Mean `batch_size` of OK answers (`null` when there is none).
     pub mean_batch_size: Option<f64>,
+    /// OK answers per `batch_size` (a JSON object: `{"1": 120, "4": 36}`).
+    pub ok_by_batch_size: BTreeMap<u16, u64>,
 }
 
 impl Report {
@@ -582,6 +590,7 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
         lag_us: Percentiles::of(&t.lag_us),
         platform_latency_us: Percentiles::of(&t.platform_latency_us),
         mean_batch_size: (ok > 0).then(|| t.batch_size_sum as f64 / ok as f64),
+        ok_by_batch_size: t.ok_by_batch_size.clone(),
     })
 }
 
@@ -888,6 +897,11 @@ mod tests {
         assert_eq!(t.by_status["overloaded"], 1);
         assert_eq!(t.by_status.len(), Status::ALL.len(), "every status a key");
         assert_eq!(t.batch_size_sum, 4, "OK answers only");
+        assert_eq!(
+            t.ok_by_batch_size,
+            BTreeMap::from([(4, 1)]),
+            "OK answers only, by batch size"
+        );
         assert_eq!(t.lag_us.len(), 3);
         assert_eq!(t.lag_us.max(), t.lag_us.highest_equivalent(3_000));
         assert_eq!(t.lag_us.min(), 0);
@@ -1128,6 +1142,7 @@ mod tests {
         assert_eq!(r.status.len(), Status::ALL.len());
         assert_eq!((r.rtt_us.count, r.platform_latency_us.count), (16, 16));
         assert_eq!(r.mean_batch_size, Some(4.0));
+        assert_eq!(r.ok_by_batch_size, BTreeMap::from([(4, 12)]));
         assert_eq!((r.payload_len, r.frag_count, r.datagrams_sent), (48, 1, 20));
         assert_eq!((r.mode, r.concurrency, r.rate), ("closed", Some(3), None));
         assert_eq!(r.lag_us.max, 0, "closed loop: sent when a slot frees");
