@@ -54,6 +54,15 @@ pub struct Platform {
     pub hold_down_s: f64,
     /// Smallest share change made, percent points.
     pub min_step_pct: f64,
+    /// Hand the share the demands leave to the IFs (water-filled) rather
+    /// than leave that part of the device idle (the allocator's
+    /// `AllocConfig::work_conserving`). Off: every unpinned IF gets what it
+    /// needs and no more, the rest stays free — GSLICE's "just the share it
+    /// needs", and fewer re-provisions when IFs come and go.
+    pub work_conserving: bool,
+    /// What the allocator hands out, percent of the device in `(0, 100]`:
+    /// lower it to keep room for what the orchestrator does not manage.
+    pub capacity_pct: f64,
     /// Requests an IF holds in flight (`kp-if --capacity`).
     pub capacity: usize,
     /// Reassembly timeout of the IFs, ms.
@@ -85,6 +94,8 @@ impl Default for Platform {
             tuning_period_ms: 1000,
             hold_down_s: 10.0,
             min_step_pct: 5.0,
+            work_conserving: true,
+            capacity_pct: 100.0,
             capacity: 64,
             reassembly_timeout_ms: 100,
             metrics: true,
@@ -200,6 +211,9 @@ impl PlatformConfig {
         if !(p.min_step_pct.is_finite() && p.min_step_pct > 0.0 && p.min_step_pct <= 100.0) {
             return Err("platform.min_step_pct must be in (0, 100]".into());
         }
+        if !(p.capacity_pct.is_finite() && p.capacity_pct > 0.0 && p.capacity_pct <= 100.0) {
+            return Err("platform.capacity_pct must be in (0, 100]".into());
+        }
         if p.capacity == 0 {
             return Err("platform.capacity must be > 0".into());
         }
@@ -241,6 +255,30 @@ mod tests {
         )
         .unwrap();
         assert!(twice.validate().unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn the_allocator_settings_default_to_work_conservation_over_the_whole_device() {
+        let cfg: PlatformConfig = toml::from_str("[if_manager]\neal = [\"x\"]\n").unwrap();
+        assert!(cfg.platform.work_conserving);
+        assert_eq!(cfg.platform.capacity_pct, 100.0);
+        let cfg: PlatformConfig = toml::from_str(
+            "[platform]\nwork_conserving = false\ncapacity_pct = 80\n[if_manager]\neal = [\"x\"]\n",
+        )
+        .unwrap();
+        assert!(cfg.validate().is_ok());
+        assert!(!cfg.platform.work_conserving);
+        assert_eq!(cfg.platform.capacity_pct, 80.0);
+        for bad in ["0", "100.5", "-3"] {
+            let cfg: PlatformConfig = toml::from_str(&format!(
+                "[platform]\ncapacity_pct = {bad}\n[if_manager]\neal = [\"x\"]\n"
+            ))
+            .unwrap();
+            assert!(
+                cfg.validate().unwrap_err().contains("capacity_pct"),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

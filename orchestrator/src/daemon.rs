@@ -256,7 +256,10 @@ impl Daemon {
             cores,
             gpu,
             mps: None,
-            allocator: ShareAllocator::new(AllocConfig::default())?,
+            allocator: ShareAllocator::new(AllocConfig {
+                capacity_pct: cfg.platform.capacity_pct,
+                work_conserving: cfg.platform.work_conserving,
+            })?,
             tuning,
             lcores: LcoreIds::default(),
             _zmq: ctx,
