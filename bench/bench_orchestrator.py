@@ -10,6 +10,10 @@ kpctl); it calls
                                             result.json (also printed)
     bench_orchestrator.py convergence DIR   trajectory.csv, result.json
                                             (also printed)
+    bench_orchestrator.py impact DIR        switchovers as clients see them
+    bench_orchestrator.py e2e DIR           end to end against the engine
+                                            alone at the same batch sizes,
+                                            result.json (also printed)
     bench_orchestrator.py summary OUT       the markdown of every phase
                                             with a result.json, printed
 
@@ -56,8 +60,9 @@ def meta(a: argparse.Namespace) -> dict:
             "concurrency": a.concurrency, "chunk_s": a.chunk_s,
             "conv_duration_s": a.conv_duration_s, "tuning_period_ms": a.tuning_period_ms,
             "hold_down_s": a.hold_down_s, "min_step_pct": a.min_step_pct, "stable_k": a.stable_k,
-            "if1": {"model": "squeezenet", "share": a.if1[0], "slo_ms": a.if1[1], "rate": a.if1[2]},
-            "if5": {"model": "shufflenet", "share": a.if5[0], "slo_ms": a.if5[1], "rate": a.if5[2]}}
+            "af_packet_frames": a.af_packet_frames,
+            "if1": {"model": a.model1, "share": a.if1[0], "slo_ms": a.if1[1], "rate": a.if1[2]},
+            "if5": {"model": a.model5, "share": a.if5[0], "slo_ms": a.if5[1], "rate": a.if5[2]}}
 
 
 def run_facts(meta: dict, loadavg_end: str) -> dict:
@@ -385,6 +390,65 @@ def impact_markdown(r: dict) -> list[str]:
             f"{'met' if r['meets_target'] else 'not met'}); statuses near {r['near']['statuses']}\n"]
 
 
+# --- end to end against the engine alone ---------------------------------------------
+
+def engine_at_mix(engine: list[dict], ok_by_batch: dict) -> dict:
+    """The engine alone at the batch mix the IF ran: `ok_by_batch` counts OK
+    answers per batch size (a batch of b gives b answers, so it ran
+    count/b batches of b); the engine's median batch time at each size
+    (kp-engine-bench's JSON lines) gives how long the engine alone takes
+    for the same batches. Sizes the engine was not timed at are an error,
+    not a guess."""
+    median = {int(e["batch"]): float(e["latency_ms"]["median"]) for e in engine}
+    mix = {int(b): int(n) for b, n in ok_by_batch.items() if int(n) > 0}
+    missing = sorted(b for b in mix if b not in median)
+    if missing:
+        raise ValueError(f"the engine was not timed at batch sizes {missing} the IF ran")
+    images = sum(mix.values())
+    engine_s = sum(n / b * median[b] / 1e3 for b, n in mix.items())
+    return {"images": images, "engine_seconds": engine_s,
+            "images_per_s": images / engine_s if engine_s > 0 else None,
+            "mean_batch": images / sum(n / b for b, n in mix.items()) if mix else None,
+            "batch_mix": {str(b): mix[b] for b in sorted(mix)},
+            "engine_median_ms": {str(b): median[b] for b in sorted(median)}}
+
+
+def e2e_result(cur: str) -> dict:
+    """DIR's e2e phase -> result.json: OK answers/s end to end against the
+    engine alone at the same batch sizes (target, issue 11: >= 0.9)."""
+    meta = read_json(f"{cur}/meta.json")
+    client = read_json(f"{cur}/client.json")
+    engine = [e for e in read_json_lines(f"{cur}/engine.jsonl") if e.get("kind") == "engine_bench"]
+    ok = client["status"]["ok"]
+    span = client["answer_span_s"] or client["send_duration_s"]
+    e2e = ok / span if span else 0.0
+    alone = engine_at_mix(engine, client.get("ok_by_batch_size", {}))
+    ratio = e2e / alone["images_per_s"] if alone["images_per_s"] else None
+    res = dict(run_facts(meta, host.read(f"{cur}/loadavg.end")),
+               model=meta["if1"]["model"], engine=engine[0]["engine"] if engine else None,
+               share_pct=meta["if1"]["share"], concurrency=client.get("concurrency"),
+               sent=client["sent"], ok=ok, failed=client["sent"] - ok, seconds=span,
+               e2e_ok_per_s=e2e, engine_alone=alone, ratio=ratio,
+               meets_target=ratio is not None and ratio >= 0.9 and client["sent"] == ok,
+               rtt_us=client.get("rtt_us"), platform_latency_us=client.get("platform_latency_us"))
+    write_json(f"{cur}/result.json", res)
+    return res
+
+
+def e2e_markdown(r: dict) -> list[str]:
+    a = r["engine_alone"]
+    ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
+    return [f"## End to end against the engine alone ({r['date']}, CPUs {r['cpus']}, load average "
+            f"{' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n",
+            f"if 1 {r['model']} ({r['engine']}) at {r['share_pct']}%, closed loop with {r['concurrency']} outstanding "
+            f"for {r['seconds']:.1f} s: {r['ok']} OK of {r['sent']}\n",
+            "| end to end OK/s | engine alone images/s at the same batches | ratio | mean batch | batch mix |",
+            "|---|---|---|---|---|",
+            f"| {r['e2e_ok_per_s']:.1f} | {a['images_per_s']:.1f} | {ratio} | {a['mean_batch']:.2f} | "
+            f"{', '.join(f'{b}: {n}' for b, n in a['batch_mix'].items())} |\n",
+            f"- target at least 0.9, every request OK: {'met' if r['meets_target'] else 'not met'}\n"]
+
+
 # --- the markdown summary ------------------------------------------------------------
 
 def switchover_markdown(r: dict) -> list[str]:
@@ -411,8 +475,10 @@ def convergence_markdown(r: dict) -> list[str]:
     sc = r["scenario"]
     L = [f"## Self-tuning convergence, {r['phase'].split()[-1]} ({r['date']}, CPUs {r['cpus']}, load average "
          f"{' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n",
-         f"if 1 squeezenet from {sc['if1']['share']}% (SLO {sc['if1']['slo_ms']} ms, {sc['if1']['rate']} req/s), "
-         f"if 5 shufflenet from {sc['if5']['share']}% (SLO {sc['if5']['slo_ms']} ms, {sc['if5']['rate']} req/s); "
+         f"if 1 {sc['if1'].get('model', 'squeezenet')} from {sc['if1']['share']}% (SLO {sc['if1']['slo_ms']} ms, "
+         f"{sc['if1']['rate']} req/s), "
+         f"if 5 {sc['if5'].get('model', 'shufflenet')} from {sc['if5']['share']}% (SLO {sc['if5']['slo_ms']} ms, "
+         f"{sc['if5']['rate']} req/s); "
          f"period {sc['tuning_period_ms']} ms, hold-down {sc['hold_down_s']} s, min step {sc['min_step_pct']}; "
          f"stable = no change for {r['stable_window_s']:.0f} s\n",
          f"- converged: {r['converged']}; last share change decided at {r['convergence_decided_s']:.1f} s, "
@@ -438,6 +504,9 @@ def summary(out: str) -> str:
         L += convergence_markdown(read_json(s))
     for s in sorted(glob.glob(f"{out}/impact-*/result.json")):
         L += impact_markdown(read_json(s))
+    s = f"{out}/e2e/result.json"
+    if os.path.exists(s):
+        L += e2e_markdown(read_json(s))
     return "".join(l + "\n" for l in L)
 
 
@@ -476,12 +545,15 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--cpus", required=True)
     m.add_argument("--frag-gap", required=True)
     m.add_argument("--if-manager-cpu", type=int, required=True)
+    m.add_argument("--model1", default="squeezenet")
+    m.add_argument("--model5", default="shufflenet")
+    m.add_argument("--af-packet-frames", type=int, default=None)
     for name in ("switchovers", "settle-s", "concurrency", "chunk-s", "conv-duration-s", "tuning-period-ms",
                  "hold-down-s", "min-step-pct", "stable-k"):
         m.add_argument(f"--{name}", type=host.number, required=True)
     for i in ("if1", "if5"):
         m.add_argument(f"--{i}", type=host.number, nargs=3, metavar=("SHARE", "SLO_MS", "RATE"), required=True)
-    for name in ("switchover", "convergence"):
+    for name in ("switchover", "convergence", "e2e"):
         sub.add_parser(name, help=f"DIR's {name} results").add_argument("dir")
     i = sub.add_parser("impact", help="DIR's impact results")
     i.add_argument("dir")
@@ -498,6 +570,8 @@ def main() -> int:
         print(json.dumps(switchover_result(a.dir), indent=1))
     elif a.command == "convergence":
         print(json.dumps(convergence_result(a.dir), indent=1))
+    elif a.command == "e2e":
+        print(json.dumps(e2e_result(a.dir), indent=1))
     elif a.command == "impact":
         print(json.dumps(impact_result(a.dir, a.margin_ms), indent=1))
     elif a.command == "summary":

@@ -210,6 +210,46 @@ class Impact(unittest.TestCase):
             self.assertEqual(md[4], "| near a switchover | 2 | 1 | 1 | 10.00 | 10.00 | 10.00 | 10.00 |")
 
 
+class EndToEnd(unittest.TestCase):
+    ENGINE = [{"kind": "engine_bench", "engine": "cudnn", "batch": b, "latency_ms": {"median": m}}
+              for b, m in ((1, 2.0), (2, 2.5), (3, 3.0), (4, 4.0))]
+
+    def test_the_engine_is_timed_at_the_batch_mix_the_if_ran(self):
+        # 10 answers from batches of 1 (10 batches, 20 ms) and 8 from
+        # batches of 4 (2 batches, 8 ms): 18 images in 28 ms alone.
+        a = bo.engine_at_mix(self.ENGINE, {"1": 10, "4": 8})
+        self.assertAlmostEqual(a["engine_seconds"], 0.028)
+        self.assertAlmostEqual(a["images_per_s"], 18 / 0.028)
+        self.assertAlmostEqual(a["mean_batch"], 18 / 12)
+        self.assertEqual(a["batch_mix"], {"1": 10, "4": 8})
+
+    def test_a_batch_size_the_engine_was_not_timed_at_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, r"\[8\]"):
+            bo.engine_at_mix(self.ENGINE, {"1": 3, "8": 8})
+
+    def test_result_from_a_phase_directory(self):
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "meta.json").write_text(json.dumps({
+                "date": "d", "cpus": "0-7", "loadavg_at_start": ["1", "1", "1"], "cpu_pressure_at_start": None,
+                "if1": {"model": "resnet50", "share": 20, "slo_ms": 2000, "rate": 0}}))
+            Path(d, "loadavg.end").write_text("2 2 2\n")
+            Path(d, "engine.jsonl").write_text("".join(json.dumps(e) + "\n" for e in self.ENGINE))
+            # 400 OK in 1 s, all from batches of 2: the engine alone does
+            # 2 images per 2.5 ms, 800/s; end to end is half of that.
+            Path(d, "client.json").write_text(json.dumps({
+                "sent": 401, "status": {"ok": 400, "incomplete": 1}, "answer_span_s": 1.0, "send_duration_s": 1.0,
+                "concurrency": 8, "ok_by_batch_size": {"2": 400}}))
+            r = bo.e2e_result(d)
+            self.assertAlmostEqual(r["ratio"], 0.5)
+            self.assertEqual((r["ok"], r["failed"], r["engine"], r["model"]), (400, 1, "cudnn", "resnet50"))
+            self.assertFalse(r["meets_target"])
+            self.assertTrue(Path(d, "result.json").exists())
+            md = bo.e2e_markdown(r)
+            self.assertEqual(md[4], "| 400.0 | 800.0 | 0.500 | 2.00 | 2: 400 |\n")
+
+
 class Markdown(unittest.TestCase):
     FACTS = {"date": "2026-11-24 10:00:00 UTC", "cpus": "0-1", "loadavg_at_start": ["1.70", "1.02", "0.87"],
              "loadavg_at_end": ["2.31", "1.95", "1.40"]}

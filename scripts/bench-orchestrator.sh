@@ -63,13 +63,21 @@
 # target/bench/orchestrator/{switchover,convergence-SCENARIO}/; a markdown
 # summary is printed and written to target/bench/orchestrator/summary.md.
 #
-# Env: PHASES ("switchover convergence impact"), SWITCHOVERS (100), SETTLE (1 s),
+# Env: PHASES ("switchover convergence impact"; "e2e" on request),
+# E2E_SHARE (20), E2E_CONCURRENCY (8), E2E_S (20), E2E_WARMUP (5),
+# E2E_ENGINE_S (2), E2E_ENGINE_CPUS (CPUS), WORK_CONSERVING (true: the
+# platform's `work_conserving`; false gives each IF its demand and no
+# leftover, so the shares show what the loop decides), SWITCHOVERS (100), SETTLE (1 s),
 # FRAG_GAP (20us), CONCURRENCY (2), CHUNK (10 s), SCENARIOS ("too-large
 # too-small"), CONV_DURATION (150 s), TUNING_PERIOD_MS (1000), HOLD_DOWN
 # (10 s, the config's default), MIN_STEP (5), STABLE_K (4); IMPACT_LOADS
 # ("0.5 0.9"), IMPACT_SWITCHOVERS (100), IMPACT_MARGIN_MS (10), IMPACT_SETTLE (5 s),
 # CAP_CONCURRENCY (8), CAP_S (10 s); for the custom
-# scenario SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5; CPUS (0-1: the CPUs of the
+# scenario SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5; MODEL1 and MODEL5 (the
+# models of if 1 and if 5: squeezenet and shufflenet; any two of the model
+# repository with 224×224×3 RGB input, which kp-client sends);
+# AF_PACKET_FRAMES (8192: the if-manager's AF_PACKET ring, in frames; DPDK's
+# default, 512, overflows on bursts of whole images at high rates); CPUS (0-1: the CPUs of the
 # whole benchmark, IFs, if-manager (on the first), orchestrator, clients;
 # with one CPU both IFs share it); PROFILE (release). Elsewhere than in a
 # built checkout (scripts/gpu-platform.sh runs it on a GPU server from a
@@ -82,6 +90,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${BIN:-$repo/target/${PROFILE:-release}}
 models=${MODELS:-$repo/models}
 eal_extra=${EAL_EXTRA:-}
+model1=${MODEL1:-squeezenet}
+model5=${MODEL5:-shufflenet}
+af_frames=${AF_PACKET_FRAMES:-8192}
 py="$repo/.venv/bin/python"
 [[ -x "$py" ]] || py=python3
 # The Python side: settings, the phases' results, the summary (tested).
@@ -96,6 +107,7 @@ conv_duration=${CONV_DURATION:-150}
 period_ms=${TUNING_PERIOD_MS:-1000}
 hold_down=${HOLD_DOWN:-10}
 min_step=${MIN_STEP:-5}
+work_conserving=${WORK_CONSERVING:-true}
 stable_k=${STABLE_K:-4}
 scenarios=${SCENARIOS:-too-large too-small}
 impact_loads=${IMPACT_LOADS:-0.5 0.9}
@@ -108,6 +120,12 @@ impact_margin_ms=${IMPACT_MARGIN_MS:-10}
 impact_settle=${IMPACT_SETTLE:-5}
 cap_concurrency=${CAP_CONCURRENCY:-8}
 cap_s=${CAP_S:-10}
+e2e_share=${E2E_SHARE:-20}
+e2e_concurrency=${E2E_CONCURRENCY:-8}
+e2e_s=${E2E_S:-20}
+e2e_warmup=${E2E_WARMUP:-5}
+e2e_engine_s=${E2E_ENGINE_S:-2}
+e2e_engine_cpus=${E2E_ENGINE_CPUS:-${CPUS:-0-1}}
 # Where everything runs: the IFs' cores (the orchestrator's `cores`), the
 # if-manager's lcore (the first of them), the orchestrator and the clients.
 cpus=${CPUS:-0-1}
@@ -119,10 +137,11 @@ fi
 share1=0 slo1=0 rate1=0 share5=0 slo5=0 rate5=0
 
 die() { printf 'bench-orchestrator: %s\n' "$*" >&2; exit 1; }
+[[ $work_conserving == true || $work_conserving == false ]] || die "WORK_CONSERVING is true or false, not '$work_conserving'"
 say() { printf 'bench-orchestrator: %s\n' "$*" >&2; }
 ((EUID == 0)) || die "must run as root (namespaces, DPDK)"
 command -v jq >/dev/null || die "jq is missing (apt-get install jq)"
-for m in squeezenet shufflenet; do
+for m in "$model1" "$model5"; do
   [[ -f "$models/$m/config.toml" ]] || die "no $models/$m: run 'make models'"
 done
 for b in orchestrator kpctl if-manager kp-if kp-client; do
@@ -205,12 +224,13 @@ hold_down_s = $hold_down
 # Metrics on any free port: a benchmark never collides with a demo's 9464.
 metrics_listen = "127.0.0.1:0"
 min_step_pct = $min_step
+work_conserving = $work_conserving
 
 [if_manager]
 wrap = ["ip", "netns", "exec", "$PLATFORM_NS"]
 options = ["--ip", "$PLATFORM_IP"]
 eal = [$(for a in $eal_extra; do printf '"%s", ' "$a"; done)"--lcores", "0@$ifm_cpu", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
-       "--vdev", "net_af_packet0,iface=$PLATFORM_IF"]
+       "--vdev", "net_af_packet0,iface=$PLATFORM_IF,framecnt=$af_frames"]
 file_prefix = "$prefix"
 EOF
   for d in "$@"; do
@@ -302,7 +322,8 @@ meta() {
     --switchovers "$switchovers" --settle-s "$settle" --frag-gap "$frag_gap" --concurrency "$concurrency" \
     --chunk-s "$chunk" --conv-duration-s "$conv_duration" --tuning-period-ms "$period_ms" \
     --hold-down-s "$hold_down" --min-step-pct "$min_step" --stable-k "$stable_k" \
-    --if1 "$share1" "$slo1" "$rate1" --if5 "$share5" "$slo5" "$rate5"
+    --if1 "$share1" "$slo1" "$rate1" --if5 "$share5" "$slo5" "$rate5" \
+    --model1 "$model1" --model5 "$model5" --af-packet-frames "$af_frames"
 }
 
 # switch_if1 N LABEL [SETTLE]: N re-provisions of if 1 under the load
@@ -358,8 +379,8 @@ phase_switchover() {
   stopfile="$cur/stop"
   meta "$cur" switchover
   busy start
-  say "[switchover] load average $(loadavg); platform up (if 1 squeezenet, if 5 shufflenet, tuning off)"
-  config "$cur/platform.toml" false "1 squeezenet 2000 50" "5 shufflenet 2000 50"
+  say "[switchover] load average $(loadavg); platform up (if 1 $model1, if 5 $model5, tuning off)"
+  config "$cur/platform.toml" false "1 $model1 2000 50" "5 $model5 2000 50"
   start_platform "$cur"
   echo "$(now)" >"$cur/load.started"
   start_loop if1 --if-id 1 --concurrency "$concurrency" --frag-gap "$frag_gap"
@@ -406,7 +427,7 @@ phase_convergence() {
   meta "$cur" "convergence $scenario"
   busy start
   say "[convergence $scenario] load average $(loadavg); platform up, tuning on: if 1 at $share1% (SLO $slo1 ms), if 5 at $share5% (SLO $slo5 ms), hold-down ${hold_down}s"
-  config "$cur/platform.toml" true "1 squeezenet $slo1 $share1" "5 shufflenet $slo5 $share5"
+  config "$cur/platform.toml" true "1 $model1 $slo1 $share1" "5 $model5 $slo5 $share5"
   start_platform "$cur"
   kpctl status >"$cur/status-before.json"
   echo "$(now)" >"$cur/load.started"
@@ -457,7 +478,7 @@ phase_impact() {
   stopfile="$cur/stop"
   meta "$cur" impact
   busy start
-  config "$cur/platform.toml" false "1 squeezenet 2000 50" "5 shufflenet 2000 50"
+  config "$cur/platform.toml" false "1 $model1 2000 50" "5 $model5 2000 50"
   start_platform "$cur"
   ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
     --if-id 1 --concurrency "$cap_concurrency" --duration "${cap_s}s" --first-request-id 900000000001 \
@@ -482,12 +503,59 @@ phase_impact() {
   "$py" "$harness" impact "$cur" --margin-ms "$impact_margin_ms"
 }
 
+# ---------------------------------------------------------------------------
+# Phase "e2e" (issue 11: end to end against the engine alone, at the same
+# batch sizes). First the engine alone: kp-engine-bench on MODEL1, batches
+# 1..E2E_CONCURRENCY, E2E_ENGINE_S s each, as kp-if loads it; for a GPU
+# engine under CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=E2E_SHARE (the share the
+# IF gets), for a CPU engine on E2E_ENGINE_CPUS with the model's threads
+# (give it the cores the IF's share gives: on a CPU, scripts/bench-if.sh
+# is the finer tool). Then the platform, tuning off, if 1 at E2E_SHARE and
+# if 5 at the rest (no leftover to hand out), and a closed loop on if 1
+# with E2E_CONCURRENCY outstanding: E2E_WARMUP s, then E2E_S s measured.
+# The harness times the engine alone at the batch mix the IF ran (kp-client
+# counts OK answers per batch size) and gives OK/s against that.
+phase_e2e() {
+  cur="$out/e2e"
+  rm -rf "$cur"
+  mkdir -p "$cur"
+  stopfile="$cur/stop"
+  share1=$e2e_share slo1=2000 rate1=0 share5=$((100 - e2e_share)) slo5=2000 rate5=0
+  meta "$cur" e2e
+  busy start
+  local batches engine_env=() engine
+  batches=$(seq -s, 1 "$e2e_concurrency")
+  engine=$(sed -n 's/^engine *= *"\(.*\)"/\1/p' "$models/$model1/config.toml" | head -n1)
+  case $engine in
+    cudnn | onnxruntime-cuda) engine_env=(env "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=$e2e_share") ;;
+  esac
+  say "[e2e] the engine alone: $model1 ($engine), batches $batches, ${e2e_engine_s}s each"
+  "${engine_env[@]}" taskset -c "$e2e_engine_cpus" "$bin/kp-engine-bench" --model "$models/$model1/config.toml" \
+    --batches "$batches" --max-batch 32 --seconds "$e2e_engine_s" >"$cur/engine.jsonl" 2>"$cur/engine.log" ||
+    die "kp-engine-bench failed: $(tail -n 5 "$cur/engine.log")"
+  config "$cur/platform.toml" false "1 $model1 2000 $share1" "5 $model5 2000 $share5"
+  start_platform "$cur"
+  say "[e2e] if 1 $model1 at $share1%: closed loop, $e2e_concurrency outstanding, ${e2e_warmup}s warm-up then ${e2e_s}s"
+  ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
+    --if-id 1 --concurrency "$e2e_concurrency" --duration "${e2e_warmup}s" --first-request-id 800000000001 \
+    >"$cur/warmup.json" 2>"$cur/warmup.log" || die "the warm-up failed: $(tail -n 5 "$cur/warmup.log")"
+  ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
+    --if-id 1 --concurrency "$e2e_concurrency" --duration "${e2e_s}s" --first-request-id 810000000001 \
+    >"$cur/client.json" 2>"$cur/client.log" || die "the measured run failed: $(tail -n 5 "$cur/client.log")"
+  busy end
+  kpctl status >"$cur/status-end.json"
+  stop_platform "$cur"
+  echo "$(loadavg)" >"$cur/loadavg.end"
+  "$py" "$harness" e2e "$cur"
+}
+
 for p in $phases; do
   case $p in
     switchover) phase_switchover ;;
+    e2e) phase_e2e ;;
     convergence) for sc in $scenarios; do phase_convergence "$sc"; done ;;
     impact) for f in $impact_loads; do phase_impact "$f"; done ;;
-    *) die "unknown phase '$p' (switchover, convergence, impact)" ;;
+    *) die "unknown phase '$p' (switchover, convergence, impact, e2e)" ;;
   esac
 done
 

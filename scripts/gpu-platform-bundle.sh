@@ -4,7 +4,7 @@
 # GPU server").
 #
 # Writes build/gpu-platform.tar.xz holding gpu-platform/:
-#   bin/   the stripped orchestrator, kpctl, if-manager, kp-if, kp-client,
+#   bin/   the stripped orchestrator, kpctl, if-manager, kp-if, kp-engine-bench (the engine alone, for the e2e phase), kp-client,
 #          jq (scripts/bench-orchestrator.sh reads JSON with it) and
 #          iproute2's ip (scripts/netns.sh);
 #   lib/   every shared library they need that is not the C and C++ runtime
@@ -28,7 +28,7 @@ done
 
 rm -rf "$out" "$out.tar.xz"
 mkdir -p "$out/bin" "$out/lib" "$out/pmds"
-for b in orchestrator kpctl if-manager kp-if kp-client; do
+for b in orchestrator kpctl if-manager kp-if kp-engine-bench kp-client; do
   [[ -x $bin/$b ]] || { echo "gpu-platform-bundle: no $bin/$b (run 'make build')" >&2; exit 1; }
   cp "$bin/$b" "$out/bin/"
 done

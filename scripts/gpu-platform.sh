@@ -18,7 +18,8 @@
 # Steps: without a GPU say so and exit 2 at once; unpack the bundle; copy
 # its driver plugins to a folder the EAL accepts (it refuses plugin folders
 # under a world-writable path such as /tmp); reserve HUGEPAGES 2 MiB pages;
-# prepare squeezenet and shufflenet into $OUT/models with engine "cudnn";
+# prepare the two models (MODEL1, MODEL5: squeezenet and shufflenet) into
+# $OUT/models with engine "cudnn";
 # start the MPS control daemon (the orchestrator would too); run
 # bench-orchestrator.sh with BIN, MODELS, OUT and EAL_EXTRA pointing at all
 # that. Its own settings pass through (PHASES, SWITCHOVERS, SCENARIOS,
@@ -38,6 +39,9 @@ out=$(mkdir -p "${GPU_PLATFORM_OUT:-$repo/build/gpu-platform-run}" && cd "${GPU_
 say() { printf 'gpu-platform: %s\n' "$*" >&2; }
 
 engine=${GPU_PLATFORM_ENGINE:-cudnn}
+model1=${MODEL1:-squeezenet}
+model5=${MODEL5:-shufflenet}
+export MODEL1=$model1 MODEL5=$model5
 if [[ $engine != onnxruntime && ( ! -e /dev/nvidiactl || ! -e /dev/nvidia0 ) ]]; then
   say "no GPU here (no /dev/nvidiactl, /dev/nvidia0): nothing was run"
   exit 2
@@ -75,13 +79,13 @@ fi
 models=${GPU_PLATFORM_MODELS:-}
 if [[ -z $models ]]; then
   models="$out/models"
-  if [[ ! -f $models/squeezenet/config.toml || ! -f $models/shufflenet/config.toml ]]; then
-    say "preparing squeezenet and shufflenet in $models (scripts/prepare_models.py)"
+  if [[ ! -f $models/$model1/config.toml || ! -f $models/$model5/config.toml ]]; then
+    say "preparing $model1 and $model5 in $models (scripts/prepare_models.py)"
     python3 "$repo/scripts/prepare_models.py" --out "$models" --photos "$out/photos" \
-      --cal-threads "$(nproc)" --only squeezenet,shufflenet >&2
+      --cal-threads "$(nproc)" --only "$model1,$model5" >&2
   fi
   # Both IFs on the GPU.
-  sed -i "s/^engine = .*/engine = \"$engine\"/" "$models"/{squeezenet,shufflenet}/config.toml
+  sed -i "s/^engine = .*/engine = \"$engine\"/" "$models/$model1/config.toml" "$models/$model5/config.toml"
 fi
 
 if [[ $engine == onnxruntime ]]; then
