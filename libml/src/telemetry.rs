@@ -36,7 +36,7 @@ use kp_wire::Status;
 
 pub use kp_schema::telemetry::{
     batch_size_bounds, BatchSizeHistogram, DeviceStats, IfMessage, LatencyHistogram,
-    LatencySummary, Publication, TelemetrySnapshot, LATENCY_BOUNDS_US,
+    LatencySummary, Publication, TelemetrySnapshot, ThreadCpu, LATENCY_BOUNDS_US,
 };
 
 /// Weight of the newest sample in the EWMAs. 0.1 follows a change within
@@ -102,6 +102,13 @@ pub struct TelemetryCell {
     /// Batches per batch-size bucket ([`Telemetry`]'s bounds, then the
     /// overflow one).
     batch_buckets: Box<[AtomicU64]>,
+    /// The writing thread's CPU time at its last sample, ns, as a fragment
+    /// thread ([`TelemetryWriter::on_fragment_cpu`]) or an inference thread
+    /// ([`TelemetryWriter::on_inference_cpu`]).
+    fragment_cpu_ns: AtomicU64,
+    fragments: AtomicU64,
+    fragment_bytes: AtomicU64,
+    inference_cpu_ns: AtomicU64,
 }
 
 impl TelemetryCell {
@@ -121,6 +128,10 @@ impl TelemetryCell {
             latency_buckets: std::array::from_fn(|_| AtomicU64::new(0)),
             latency_sum_us: AtomicU64::new(0),
             batch_buckets: (0..batch_buckets).map(|_| AtomicU64::new(0)).collect(),
+            fragment_cpu_ns: AtomicU64::new(0),
+            fragments: AtomicU64::new(0),
+            fragment_bytes: AtomicU64::new(0),
+            inference_cpu_ns: AtomicU64::new(0),
         }
     }
 }
@@ -146,6 +157,21 @@ pub struct TelemetryWriter<'a> {
 }
 
 impl TelemetryWriter<'_> {
+    /// A fragment thread's sample: its CPU time so far (ns), and the
+    /// fragments and payload bytes it had handled by then.
+    pub fn on_fragment_cpu(&mut self, cpu_ns: u64, fragments: u64, payload_bytes: u64) {
+        self.cell.fragment_cpu_ns.store(cpu_ns, Ordering::Relaxed);
+        self.cell.fragments.store(fragments, Ordering::Relaxed);
+        self.cell
+            .fragment_bytes
+            .store(payload_bytes, Ordering::Relaxed);
+    }
+
+    /// An inference thread's sample: its CPU time so far, ns.
+    pub fn on_inference_cpu(&mut self, cpu_ns: u64) {
+        self.cell.inference_cpu_ns.store(cpu_ns, Ordering::Relaxed);
+    }
+
     /// A request was seen for the first time (its first fragment).
     #[inline]
     pub fn on_arrival(&mut self, now_ns: u64) {
@@ -313,6 +339,22 @@ impl Telemetry {
         self.sum(|c| &c.arrivals)
     }
 
+    /// The threads' CPU samples (each field is written by one thread's
+    /// cell only; the others hold zero).
+    fn thread_cpu(&self) -> ThreadCpu {
+        let fragments = self.sum(|c| &c.fragments);
+        let bytes = self.sum(|c| &c.fragment_bytes);
+        let fragment_ns = self.sum(|c| &c.fragment_cpu_ns);
+        ThreadCpu {
+            fragment_thread_seconds: fragment_ns as f64 / 1e9,
+            fragments,
+            fragment_payload_bytes: bytes,
+            fragment_us_per_kib: (bytes > 0)
+                .then(|| fragment_ns as f64 / 1e3 / (bytes as f64 / 1024.0)),
+            inference_thread_seconds: self.sum(|c| &c.inference_cpu_ns) as f64 / 1e9,
+        }
+    }
+
     /// The latencies of every cell, merged.
     fn latency_histogram(&self) -> Histogram<u64> {
         let mut h =
@@ -453,6 +495,7 @@ impl Telemetry {
             slo_attainment: (self.slo_us != 0 && answers_total != 0)
                 .then(|| self.sum(|c| &c.within_slo) as f64 / answers_total as f64),
             run_seconds: now_ns.saturating_sub(started_ns) as f64 / 1e9,
+            threads: self.thread_cpu(),
         }
     }
 
@@ -511,6 +554,27 @@ mod tests {
         assert_eq!(b.bounds, [1, 2, 4, 8, 16, 32]);
         assert_eq!(b.counts, [0, 1, 1, 0, 0, 0, 0]);
         assert_eq!(b.sum, 6);
+    }
+
+    #[test]
+    fn each_thread_reports_its_cpu_and_the_fragment_cost_is_per_kib() {
+        let t = Telemetry::new(0, 0, 32, 2);
+        let none = t.snapshot(1).threads;
+        assert_eq!(none.fragment_us_per_kib, None, "no fragment yet");
+        let mut fragments = t.writer(0).unwrap();
+        let mut inference = t.writer(1).unwrap();
+        // 4 ms of CPU for 8 fragments of 1 KiB: 500 µs per KiB.
+        fragments.on_fragment_cpu(4_000_000, 8, 8 * 1024);
+        inference.on_inference_cpu(30_000_000);
+        // A sample replaces the last one (a running total, not a delta).
+        fragments.on_fragment_cpu(5_000_000, 10, 10 * 1024);
+        let c = t.snapshot(1).threads;
+        assert_eq!(c.fragment_thread_seconds, 0.005);
+        assert_eq!((c.fragments, c.fragment_payload_bytes), (10, 10 * 1024));
+        assert_eq!(c.fragment_us_per_kib, Some(500.0));
+        assert_eq!(c.inference_thread_seconds, 0.03);
+        let j = t.to_json(1);
+        assert_eq!(j["threads"]["fragment_us_per_kib"], 500.0);
     }
 
     #[test]

@@ -163,6 +163,33 @@ pub struct TelemetrySnapshot {
     pub slo_attainment: Option<f64>,
     /// Seconds since the statistics started.
     pub run_seconds: f64,
+    /// CPU time of the IF's own threads: what its packet and inference
+    /// paths cost, apart from how long they ran. Absent (zero) from IFs
+    /// that predate it.
+    #[serde(default)]
+    pub threads: ThreadCpu,
+}
+
+/// CPU time of an IF's threads (`CLOCK_THREAD_CPUTIME_ID`), each since the
+/// thread started, sampled by the thread itself (the fragment thread about
+/// every 10 ms, the inference thread after each batch).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ThreadCpu {
+    /// The fragment thread's CPU time, s: receiving, reassembling, copying
+    /// (and converting) fragments into the pool, answering what fails.
+    pub fragment_thread_seconds: f64,
+    /// Fragments it had handled at that sample.
+    pub fragments: u64,
+    /// Their payload bytes.
+    pub fragment_payload_bytes: u64,
+    /// Its CPU per KiB (1,024 bytes) of payload, µs: the cost of a 1 KiB
+    /// fragment, wake-ups and idle polls included; `None` before the first
+    /// fragment.
+    pub fragment_us_per_kib: Option<f64>,
+    /// The inference thread's CPU time, s: batching, the engine call as
+    /// far as it runs on that thread (an engine's own worker threads are
+    /// not counted), answers.
+    pub inference_thread_seconds: f64,
 }
 
 /// What an engine with a device of its own (a GPU engine) measured there;

@@ -79,6 +79,9 @@ pub const MAX_TOP_K: usize = 64;
 /// Fragments per dequeue burst (at most 32: the fragment loop marks the
 /// frames to forward in a `u32`).
 const BURST: usize = 32;
+
+/// How often the fragment thread samples its CPU time for telemetry, ns.
+const CPU_SAMPLE_NS: u64 = 10_000_000;
 const _: () = assert!(BURST <= 32);
 
 /// What the driver runs with.
@@ -173,6 +176,9 @@ impl DeviceCell {
 #[derive(Debug, Default)]
 struct DriverCounters {
     fragments: u64,
+    /// Payload bytes of the fragments handled (stored, duplicate, late,
+    /// malformed alike): what the fragment thread's CPU is per KiB of.
+    payload_bytes: u64,
     unparsable: u64,
     send_failed: u64,
     under_reports: u64,
@@ -396,10 +402,21 @@ fn fragment_loop<'p>(
     // Where fragments come from: our ring, or our hand-back ring once we
     // yielded it.
     let mut source = ring;
+    // When the thread's CPU time was last sampled for telemetry (a system
+    // call: every CPU_SAMPLE_NS at most, never per packet).
+    let mut cpu_sampled_ns = 0u64;
     loop {
         let mode = succession.mode.get();
         if machine.poll_is_tick(mode, backoff.is_sleeping()) {
             now = now_ns();
+            if now.saturating_sub(cpu_sampled_ns) >= CPU_SAMPLE_NS {
+                cpu_sampled_ns = now;
+                telemetry.on_fragment_cpu(
+                    kp_os::affinity::thread_cpu_ns(),
+                    counters.fragments,
+                    counters.payload_bytes,
+                );
+            }
             while let Some(r) = returned.pop() {
                 let _ = reassembler.release(r.slot);
                 slots[r.slot.index()] = Some(r.buf);
@@ -538,6 +555,7 @@ fn fragment_loop<'p>(
                 telemetry.on_arrival(now);
             }
             let payload = &mbuf.data()[payload_at..];
+            counters.payload_bytes += payload.len() as u64;
             match outcome {
                 FragmentOutcome::Store { slot, offset } => {
                     ledger.hold(slot.index(), &reply);
@@ -629,6 +647,11 @@ fn fragment_loop<'p>(
             telemetry.on_answer(Status::Internal, u64::from(latency), now);
         }
     });
+    telemetry.on_fragment_cpu(
+        kp_os::affinity::thread_cpu_ns(),
+        counters.fragments,
+        counters.payload_bytes,
+    );
     // A clean exit frees the ring for whoever comes next (a no-op if we
     // yielded it or never had it).
     succession.control.release(me);
@@ -928,6 +951,8 @@ fn inference_loop<'p>(
             tracing::error!("kp-if: inference failed on a batch of {n}: {e}");
         }
         telemetry.on_batch(n, exec_ns / 1000);
+        // One system call per batch: next to a batch, nothing.
+        telemetry.on_inference_cpu(kp_os::affinity::thread_cpu_ns());
         let report = policy.on_batch_done(n, exec_ns, worst, finished);
         match report {
             Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,

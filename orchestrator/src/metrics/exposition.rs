@@ -72,6 +72,21 @@ impl Family<'_, '_> {
         Ok(())
     }
 
+    fn float_counters(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, f64)>,
+    ) -> fmt::Result {
+        let mut m = self
+            .enc
+            .encode_descriptor(name, help, None, MetricType::Counter)?;
+        for (labels, v) in series {
+            ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
     fn gauges(
         &mut self,
         name: &str,
@@ -188,6 +203,26 @@ impl Snapshot {
             "kneepoint_if_slo_miss_batches",
             "Batches whose slowest request missed the SLO.",
             self.per_role().map(|(l, c)| (l, c.slo_miss_batches)),
+        )?;
+        f.float_counters(
+            "kneepoint_if_fragment_thread_cpu_seconds",
+            "CPU time of an inference function's fragment thread (receiving, reassembling, copying fragments into the pool): its rate over the rate of kneepoint_if_fragment_payload_bytes_total is the cost of a byte of payload.",
+            self.per_role().map(|(l, c)| (l, c.fragment_cpu_ns as f64 / 1e9)),
+        )?;
+        f.counters(
+            "kneepoint_if_fragments",
+            "Fragments an inference function's fragment thread handled.",
+            self.per_role().map(|(l, c)| (l, c.fragments)),
+        )?;
+        f.counters(
+            "kneepoint_if_fragment_payload_bytes",
+            "Payload bytes of those fragments.",
+            self.per_role().map(|(l, c)| (l, c.fragment_bytes)),
+        )?;
+        f.float_counters(
+            "kneepoint_if_inference_thread_cpu_seconds",
+            "CPU time of an inference function's inference thread (batching, the engine call as far as it runs on that thread, answers); an engine's own worker threads are not counted.",
+            self.per_role().map(|(l, c)| (l, c.inference_cpu_ns as f64 / 1e9)),
         )?;
         f.counters(
             "kneepoint_if_shed_requests",

@@ -106,6 +106,12 @@ pub struct Counts {
     pub batch_counts: Vec<u64>,
     /// Requests in those batches.
     pub batch_sum: u64,
+    /// The fragment threads' CPU time, ns, the fragments they handled and
+    /// their payload bytes; the inference threads' CPU time, ns.
+    pub fragment_cpu_ns: u64,
+    pub fragments: u64,
+    pub fragment_bytes: u64,
+    pub inference_cpu_ns: u64,
 }
 
 impl Counts {
@@ -123,6 +129,10 @@ impl Counts {
             batch_bounds: t.batch_size_histogram.bounds.clone(),
             batch_counts: t.batch_size_histogram.counts.clone(),
             batch_sum: t.batch_size_histogram.sum,
+            fragment_cpu_ns: (t.threads.fragment_thread_seconds * 1e9).round() as u64,
+            fragments: t.threads.fragments,
+            fragment_bytes: t.threads.fragment_payload_bytes,
+            inference_cpu_ns: (t.threads.inference_thread_seconds * 1e9).round() as u64,
         }
     }
 
@@ -174,6 +184,10 @@ impl Counts {
             batch_bounds: self.batch_bounds.clone(),
             batch_counts,
             batch_sum: d(self.batch_sum, earlier.batch_sum)?,
+            fragment_cpu_ns: d(self.fragment_cpu_ns, earlier.fragment_cpu_ns)?,
+            fragments: d(self.fragments, earlier.fragments)?,
+            fragment_bytes: d(self.fragment_bytes, earlier.fragment_bytes)?,
+            inference_cpu_ns: d(self.inference_cpu_ns, earlier.inference_cpu_ns)?,
         })
     }
 
@@ -187,6 +201,10 @@ impl Counts {
         self.batched_requests += d.batched_requests;
         self.shed += d.shed;
         self.slo_miss_batches += d.slo_miss_batches;
+        self.fragment_cpu_ns += d.fragment_cpu_ns;
+        self.fragments += d.fragments;
+        self.fragment_bytes += d.fragment_bytes;
+        self.inference_cpu_ns += d.inference_cpu_ns;
         if self.latency_counts.len() < d.latency_counts.len() {
             self.latency_counts.resize(d.latency_counts.len(), 0);
         }
