@@ -170,9 +170,11 @@ pub struct TelemetrySnapshot {
     pub threads: ThreadCpu,
 }
 
-/// CPU time of an IF's threads (`CLOCK_THREAD_CPUTIME_ID`), each since the
-/// thread started, sampled by the thread itself (the fragment thread about
-/// every 10 ms, the inference thread after each batch).
+/// CPU time of an IF's threads (`CLOCK_THREAD_CPUTIME_ID`), each since it
+/// began to serve (the fragment thread is the process's main thread: its
+/// start-up, the EAL and the model's load, is not counted), sampled by the
+/// thread itself (the fragment thread about every 10 ms, the inference
+/// thread after each batch and when it ends).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ThreadCpu {
     /// The fragment thread's CPU time, s: receiving, reassembling, copying

@@ -110,7 +110,8 @@ pub const CONTROL_BYTES: usize = (w::KEYS + 2 * MAX_HANDOVER_KEYS) * 8;
 /// pays a context switch (tens of µs on a VM) per wake-up, most of them for
 /// fragments that complete nothing; woken by the doorbell it wakes about
 /// twice per request (docs/PERFORMANCE.md, "The fragment thread's CPU per
-/// fragment").
+/// fragment"). Inside an IF the same doorbell, over two words of its own,
+/// wakes the inference thread when the fragment thread completes requests.
 #[derive(Clone, Copy, Debug)]
 pub struct Doorbell<'a> {
     count: &'a AtomicU64,

@@ -15,7 +15,11 @@
 //!   [`BatchPolicy`] when to run how many, runs the engine on the batch —
 //!   straight from the pool when the slots are adjacent, gathered otherwise
 //!   — and answers each request with its top-k, the batch's answers in one
-//!   bulk allocation and one burst on the TX ring.
+//!   bulk allocation and one burst on the TX ring; with nothing to run it
+//!   dozes on a doorbell of its own, which the fragment thread rings for
+//!   each burst that completed a request, instead of sleeping by the clock
+//!   (a request completed just after such a sleep began waited for its end:
+//!   up to the back-off's 500 µs cap plus the timer's slack).
 //!
 //! Neither thread takes a lock: each records its statistics in a telemetry
 //! cell of its own ([`crate::telemetry`]), the batching state goes to the
@@ -45,7 +49,7 @@ pub mod handover;
 pub mod succession;
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
@@ -53,7 +57,7 @@ use dpdk::{MbufBurst, Ring};
 use serde_json::{json, Value};
 
 pub use answer::{Answerer, ReplyTo, SendError};
-use handover::{IfControl, Ledger, Mode, ModeCell};
+use handover::{Doorbell, IfControl, Ledger, Mode, ModeCell};
 pub use succession::NO_TRAFFIC_GRACE;
 use succession::{
     handover_keys, ArmWait, Flow, Forward, Held, MachineConfig, ModeMachine, Step, SuccessionStats,
@@ -82,6 +86,11 @@ const BURST: usize = 32;
 
 /// How often the fragment thread samples its CPU time for telemetry, ns.
 const CPU_SAMPLE_NS: u64 = 10_000_000;
+
+/// Longest doze of an idle inference thread: the fragment thread rings it
+/// for every request it completes (and when it stops), so this bounds only
+/// what nothing rings for.
+const INFERENCE_DOZE: Duration = Duration::from_millis(10);
 const _: () = assert!(BURST <= 32);
 
 /// What the driver runs with.
@@ -221,6 +230,11 @@ pub fn serve(
     let returned: ArrayQueue<Returned<'_>> = ArrayQueue::new(capacity);
     let fragments_done = AtomicBool::new(false);
     let all_done = AtomicBool::new(false);
+    // The fragment thread rings it when it hands over complete requests
+    // (or stops); an idle inference thread dozes on it instead of sleeping
+    // by the clock, so a request is not left waiting for a timer.
+    let (ready_rings, ready_dozing) = (AtomicU64::new(0), AtomicU64::new(0));
+    let ready_bell = Doorbell::new(&ready_rings, &ready_dozing);
     // The batching policy's admission limit, from the inference thread to
     // the fragment thread's reassembler (`Reassembler::set_handed_limit`).
     let admission = AtomicUsize::new(usize::MAX);
@@ -276,6 +290,7 @@ pub fn serve(
                 policy,
                 answerer,
                 &ready,
+                ready_bell,
                 &returned,
                 &fragments_done,
                 inference_telemetry,
@@ -297,6 +312,7 @@ pub fn serve(
             reassembler,
             &mut slots,
             &ready,
+            ready_bell,
             &returned,
             stop,
             &mut fragment_telemetry,
@@ -306,6 +322,7 @@ pub fn serve(
             &admission,
         );
         fragments_done.store(true, Ordering::Release);
+        ready_bell.ring();
         match inference.join() {
             Ok(c) => inf = c,
             // A panic in the engine: its batch's requests were not answered.
@@ -375,6 +392,7 @@ fn fragment_loop<'p>(
     reassembler: &mut Reassembler,
     slots: &mut [Option<SlotBuf<'p>>],
     ready: &ArrayQueue<Ready<'p>>,
+    ready_bell: Doorbell<'_>,
     returned: &ArrayQueue<Returned<'p>>,
     stop: &AtomicBool,
     telemetry: &mut TelemetryWriter<'_>,
@@ -403,8 +421,11 @@ fn fragment_loop<'p>(
     // yielded it.
     let mut source = ring;
     // When the thread's CPU time was last sampled for telemetry (a system
-    // call: every CPU_SAMPLE_NS at most, never per packet).
+    // call: every CPU_SAMPLE_NS at most, never per packet), and what it had
+    // used before this loop: this is the process's main thread, and its
+    // start-up (the EAL, the model's load) is not the packet path's cost.
     let mut cpu_sampled_ns = 0u64;
+    let cpu_base = kp_os::affinity::thread_cpu_ns();
     loop {
         let mode = succession.mode.get();
         if machine.poll_is_tick(mode, backoff.is_sleeping()) {
@@ -412,7 +433,7 @@ fn fragment_loop<'p>(
             if now.saturating_sub(cpu_sampled_ns) >= CPU_SAMPLE_NS {
                 cpu_sampled_ns = now;
                 telemetry.on_fragment_cpu(
-                    kp_os::affinity::thread_cpu_ns(),
+                    kp_os::affinity::thread_cpu_ns() - cpu_base,
                     counters.fragments,
                     counters.payload_bytes,
                 );
@@ -504,6 +525,9 @@ fn fragment_loop<'p>(
         // The frames are read in place; those of a predecessor's requests
         // are marked here and sent back below, the rest freed in bulk.
         let mut to_forward = 0u32;
+        // Whether this burst completed a request (the inference thread is
+        // rung once per burst that did).
+        let mut completed = false;
         for (i, mbuf) in burst.iter().enumerate() {
             let (reply, header, payload_at) = match parse(mbuf) {
                 Some(Parsed::Fragment(reply, header, payload_at)) => (reply, header, payload_at),
@@ -577,6 +601,7 @@ fn fragment_loop<'p>(
                         };
                         // Cannot be full: it holds at most one entry per slot.
                         let _ = ready.push(r);
+                        completed = true;
                     }
                 }
                 FragmentOutcome::Reject {
@@ -597,6 +622,9 @@ fn fragment_loop<'p>(
                 FragmentOutcome::Duplicate | FragmentOutcome::Late | FragmentOutcome::Malformed => {
                 }
             }
+        }
+        if completed {
+            ready_bell.ring();
         }
         if to_forward == 0 {
             // Every frame's bytes are in their slots: one bulk free.
@@ -648,7 +676,7 @@ fn fragment_loop<'p>(
         }
     });
     telemetry.on_fragment_cpu(
-        kp_os::affinity::thread_cpu_ns(),
+        kp_os::affinity::thread_cpu_ns() - cpu_base,
         counters.fragments,
         counters.payload_bytes,
     );
@@ -800,6 +828,7 @@ fn inference_loop<'p>(
     policy: &mut BatchPolicy,
     answerer: &Answerer,
     ready: &ArrayQueue<Ready<'p>>,
+    bell: Doorbell<'_>,
     returned: &ArrayQueue<Returned<'p>>,
     fragments_done: &AtomicBool,
     mut telemetry: TelemetryWriter<'_>,
@@ -826,17 +855,23 @@ fn inference_loop<'p>(
     let k = cfg.top_k.min(cfg.output_elems).min(MAX_TOP_K);
     let mut best = [(0u32, 0f32); MAX_TOP_K];
     let mut backoff = IdleBackoff::new(cfg.busy_poll);
+    let cpu_base = kp_os::affinity::thread_cpu_ns();
     loop {
         let done = fragments_done.load(Ordering::Acquire);
+        // Read before the queue is: a ring after this ends a doze below.
+        let rung = bell.seen();
         while let Some(r) = ready.pop() {
             queue.push_back(r);
         }
         let now = now_ns();
         if queue.is_empty() {
             if done && ready.is_empty() {
+                // The last sample: an IF that never ran a batch still
+                // reports what waiting cost it.
+                telemetry.on_inference_cpu(kp_os::affinity::thread_cpu_ns() - cpu_base);
                 return std::mem::take(counters);
             }
-            idle(&mut backoff, false);
+            idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE);
             continue;
         }
         arrivals.clear();
@@ -866,13 +901,15 @@ fn inference_loop<'p>(
             // Once fragments stop for good, do not wait to fill a batch.
             Decision::Wait { .. } if done && ready.is_empty() => queue.len().min(cfg.max_batch),
             Decision::Wait { until_ns } => {
+                // Until the deadline, or sooner if another request
+                // completes (it may fill the batch the policy waits for).
                 let wait = Duration::from_nanos(until_ns.saturating_sub(now))
                     .min(Duration::from_micros(200));
-                std::thread::sleep(wait);
+                bell.doze(rung, wait);
                 continue;
             }
             Decision::Idle => {
-                idle(&mut backoff, false);
+                idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE);
                 continue;
             }
         };
@@ -952,7 +989,7 @@ fn inference_loop<'p>(
         }
         telemetry.on_batch(n, exec_ns / 1000);
         // One system call per batch: next to a batch, nothing.
-        telemetry.on_inference_cpu(kp_os::affinity::thread_cpu_ns());
+        telemetry.on_inference_cpu(kp_os::affinity::thread_cpu_ns() - cpu_base);
         let report = policy.on_batch_done(n, exec_ns, worst, finished);
         match report {
             Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,
@@ -986,11 +1023,14 @@ fn finish<'p>(ledger: &Ledger, returned: &ArrayQueue<Returned<'p>>, r: Ready<'p>
     });
 }
 
-fn idle(backoff: &mut IdleBackoff, did_work: bool) {
-    match backoff.after_poll(did_work) {
+/// An idle poll of the inference thread: the back-off's spins first, then,
+/// where it would sleep by the clock, a doze on `bell` that the next
+/// completed request ends (or `longest`).
+fn idle_until_rung(backoff: &mut IdleBackoff, bell: Doorbell<'_>, rung: u64, longest: Duration) {
+    match backoff.after_poll(false) {
         IdleAction::Poll => {}
         IdleAction::Pause => std::hint::spin_loop(),
-        IdleAction::Sleep(d) => std::thread::sleep(d),
+        IdleAction::Sleep(_) => bell.doze(rung, longest),
     }
 }
 
