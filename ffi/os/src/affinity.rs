@@ -65,27 +65,26 @@ pub fn current_thread_cpus() -> io::Result<Vec<usize>> {
 /// so a switchover gap can be measured from one IF's last dequeue to the
 /// next one's first.
 pub fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC always
-    // exists on Linux, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// CPU time the calling thread has used, ns (`CLOCK_THREAD_CPUTIME_ID`):
 /// what a hot loop costs, as opposed to how long it ran. A system call (no
 /// vDSO for this clock): call it per tick, not per packet.
 pub fn thread_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// A clock that always exists on Linux, in ns.
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; the calling thread's CPU
-    // clock always exists on Linux, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    // SAFETY: `ts` is a valid, writable timespec; the callers pass
+    // CLOCK_MONOTONIC or the calling thread's CPU clock, which always exist
+    // on Linux, so the call cannot fail.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

@@ -17,7 +17,9 @@ use std::fmt;
 
 use kp_schema::telemetry::LATENCY_BOUNDS_US;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeMetric, NoLabelSet,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -57,26 +59,12 @@ struct Family<'a, 'e> {
 }
 
 impl Family<'_, '_> {
-    fn counters(
+    /// Counters of whole numbers (`u64`) or of seconds (`f64`).
+    fn counters<N: EncodeCounterValue + fmt::Debug>(
         &mut self,
         name: &str,
         help: &str,
-        series: impl IntoIterator<Item = (Labels, u64)>,
-    ) -> fmt::Result {
-        let mut m = self
-            .enc
-            .encode_descriptor(name, help, None, MetricType::Counter)?;
-        for (labels, v) in series {
-            ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
-        }
-        Ok(())
-    }
-
-    fn float_counters(
-        &mut self,
-        name: &str,
-        help: &str,
-        series: impl IntoIterator<Item = (Labels, f64)>,
+        series: impl IntoIterator<Item = (Labels, N)>,
     ) -> fmt::Result {
         let mut m = self
             .enc
@@ -204,7 +192,7 @@ impl Snapshot {
             "Batches whose slowest request missed the SLO.",
             self.per_role().map(|(l, c)| (l, c.slo_miss_batches)),
         )?;
-        f.float_counters(
+        f.counters(
             "kneepoint_if_fragment_thread_cpu_seconds",
             "CPU time of an inference function's fragment thread (receiving, reassembling, copying fragments into the pool): its rate over the rate of kneepoint_if_fragment_payload_bytes_total is the cost of a byte of payload.",
             self.per_role().map(|(l, c)| (l, c.fragment_cpu_ns as f64 / 1e9)),
@@ -219,7 +207,7 @@ impl Snapshot {
             "Payload bytes of those fragments.",
             self.per_role().map(|(l, c)| (l, c.fragment_bytes)),
         )?;
-        f.float_counters(
+        f.counters(
             "kneepoint_if_inference_thread_cpu_seconds",
             "CPU time of an inference function's inference thread (batching, the engine call as far as it runs on that thread, answers); an engine's own worker threads are not counted.",
             self.per_role().map(|(l, c)| (l, c.inference_cpu_ns as f64 / 1e9)),
@@ -576,6 +564,33 @@ mod tests {
                 &format!(r#"kneepoint_if_requests_total{{{ifl},role="shadow",status="ok"}}"#)
             ),
             "0"
+        );
+        // The threads' CPU: 10 answers of 1.5 ms (fragments) and 5 ms.
+        assert!(text.contains("# TYPE kneepoint_if_fragment_thread_cpu_seconds_total counter\n"));
+        assert_eq!(
+            value(
+                &text,
+                &format!("kneepoint_if_fragment_thread_cpu_seconds_total{{{act}}}")
+            ),
+            "0.015"
+        );
+        assert_eq!(
+            value(&text, &format!("kneepoint_if_fragments_total{{{act}}}")),
+            "1500"
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("kneepoint_if_fragment_payload_bytes_total{{{act}}}")
+            ),
+            "1536000"
+        );
+        assert_eq!(
+            value(
+                &text,
+                &format!("kneepoint_if_inference_thread_cpu_seconds_total{{{act}}}")
+            ),
+            "0.05"
         );
         // The histogram: 10 answers of 3 ms, cumulative buckets.
         assert!(text.contains("# TYPE kneepoint_if_request_latency_seconds histogram\n"));

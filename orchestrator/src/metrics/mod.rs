@@ -478,7 +478,9 @@ impl PlatformMetrics {
 mod tests {
     use super::*;
     use kp_schema::messages::PortCounters;
-    use kp_schema::telemetry::{batch_size_bounds, BatchSizeHistogram, LatencyHistogram};
+    use kp_schema::telemetry::{
+        batch_size_bounds, BatchSizeHistogram, LatencyHistogram, ThreadCpu,
+    };
 
     /// A message of process `pid` of IF 1 in `mode` with `ok` OK answers
     /// of 3 ms each and `shed` OVERLOADED ones.
@@ -510,6 +512,15 @@ mod tests {
                         sum: ok / 2 * 2,
                     },
                     slo_attainment: Some(0.5),
+                    // 1.5 ms of the fragment thread's CPU per answer, over
+                    // 150 fragments of 1 KiB each; 5 ms of inference.
+                    threads: ThreadCpu {
+                        fragment_thread_seconds: ok as f64 * 0.0015,
+                        fragments: 150 * ok,
+                        fragment_payload_bytes: 150 * 1024 * ok,
+                        fragment_us_per_kib: (ok > 0).then_some(10.0),
+                        inference_thread_seconds: ok as f64 * 0.005,
+                    },
                     ..TelemetrySnapshot::default()
                 },
                 batching: BatchStats {
