@@ -86,6 +86,16 @@ impl GatherShape {
         }
     }
 
+    /// What the kernel counts per request, its last argument and the
+    /// grid's x extent in [`CHUNK`]s: pixels (`rgb_u8_hwc`) or values
+    /// (`f32`).
+    pub fn kernel_items(self) -> u64 {
+        match self {
+            GatherShape::RgbU8Hwc { height, width } => u64::from(height) * u64::from(width),
+            GatherShape::F32 { elems } => u64::from(elems),
+        }
+    }
+
     /// f32 values one request takes in the batch tensor.
     pub fn request_elems(self) -> u64 {
         match self {
@@ -273,11 +283,7 @@ pub const CHUNK: u32 = 1024;
 /// The gather's grid for a batch of `n` requests of `shape`: one block per
 /// [`CHUNK`] of a request along x, one request per y.
 pub fn grid(shape: GatherShape, n: usize) -> Result<(u32, u32), GatherError> {
-    let per = match shape {
-        GatherShape::RgbU8Hwc { height, width } => u64::from(height) * u64::from(width),
-        GatherShape::F32 { elems } => u64::from(elems),
-    };
-    let x = per.div_ceil(u64::from(CHUNK));
+    let x = shape.kernel_items().div_ceil(u64::from(CHUNK));
     // CUDA's limits: 2³¹ − 1 blocks along x, 65,535 along y.
     match (u32::try_from(x), u32::try_from(n)) {
         (Ok(x), Ok(y)) if x < (1 << 31) && y <= 65_535 => Ok((x, y)),

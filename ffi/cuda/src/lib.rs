@@ -493,10 +493,7 @@ impl GatherKernel {
             });
         }
         let n = host_descs.len() as u32;
-        let per = match shape {
-            GatherShape::RgbU8Hwc { height, width } => u64::from(height) * u64::from(width),
-            GatherShape::F32 { elems } => u64::from(elems),
-        };
+        let per = shape.kernel_items();
         if n == 0 || per == 0 {
             return Ok(());
         }

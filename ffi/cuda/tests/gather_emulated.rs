@@ -231,10 +231,11 @@ fn run(bin: &Path, case: &Case) {
     std::fs::write(dir.join("lut.bin"), bytes(&lut)).unwrap();
     std::fs::write(dir.join("out.bin"), bytes(&out)).unwrap();
 
-    let (kind, per) = match case.shape {
-        GatherShape::RgbU8Hwc { height, width } => ("rgb", u64::from(height) * u64::from(width)),
-        GatherShape::F32 { elems } => ("f32", u64::from(elems)),
+    let kind = match case.shape {
+        GatherShape::RgbU8Hwc { .. } => "rgb",
+        GatherShape::F32 { .. } => "f32",
     };
+    let per = case.shape.kernel_items();
     let (grid_x, grid_y) = gather::grid(case.shape, case.batch.len()).unwrap();
     assert_eq!(grid_y as usize, case.batch.len());
     let status = Command::new(bin)

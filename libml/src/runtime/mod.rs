@@ -83,6 +83,7 @@ pub const MAX_TOP_K: usize = 64;
 /// Fragments per dequeue burst (at most 32: the fragment loop marks the
 /// frames to forward in a `u32`).
 const BURST: usize = 32;
+const _: () = assert!(BURST <= 32);
 
 /// How often the fragment thread samples its CPU time for telemetry, ns.
 const CPU_SAMPLE_NS: u64 = 10_000_000;
@@ -91,7 +92,6 @@ const CPU_SAMPLE_NS: u64 = 10_000_000;
 /// for every request it completes (and when it stops), so this bounds only
 /// what nothing rings for.
 const INFERENCE_DOZE: Duration = Duration::from_millis(10);
-const _: () = assert!(BURST <= 32);
 
 /// What the driver runs with.
 #[derive(Debug)]
@@ -426,17 +426,20 @@ fn fragment_loop<'p>(
     // start-up (the EAL, the model's load) is not the packet path's cost.
     let mut cpu_sampled_ns = 0u64;
     let cpu_base = kp_os::affinity::thread_cpu_ns();
+    let sample_cpu = |telemetry: &mut TelemetryWriter<'_>, counters: &DriverCounters| {
+        telemetry.on_fragment_cpu(
+            kp_os::affinity::thread_cpu_ns() - cpu_base,
+            counters.fragments,
+            counters.payload_bytes,
+        );
+    };
     loop {
         let mode = succession.mode.get();
         if machine.poll_is_tick(mode, backoff.is_sleeping()) {
             now = now_ns();
             if now.saturating_sub(cpu_sampled_ns) >= CPU_SAMPLE_NS {
                 cpu_sampled_ns = now;
-                telemetry.on_fragment_cpu(
-                    kp_os::affinity::thread_cpu_ns() - cpu_base,
-                    counters.fragments,
-                    counters.payload_bytes,
-                );
+                sample_cpu(telemetry, counters);
             }
             while let Some(r) = returned.pop() {
                 let _ = reassembler.release(r.slot);
@@ -675,11 +678,7 @@ fn fragment_loop<'p>(
             telemetry.on_answer(Status::Internal, u64::from(latency), now);
         }
     });
-    telemetry.on_fragment_cpu(
-        kp_os::affinity::thread_cpu_ns() - cpu_base,
-        counters.fragments,
-        counters.payload_bytes,
-    );
+    sample_cpu(telemetry, counters);
     // A clean exit frees the ring for whoever comes next (a no-op if we
     // yielded it or never had it).
     succession.control.release(me);
