@@ -21,3 +21,4 @@ pub mod affinity;
 pub mod futex;
 pub mod inherit;
 pub mod net;
+pub mod priority;

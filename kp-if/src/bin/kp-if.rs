@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
@@ -99,6 +99,14 @@ struct Args {
     /// active IF of the same if_id keeps serving meanwhile.
     #[arg(long, requires = "listen")]
     standby: bool,
+    /// How much a shadow lowers its CPU priority (nice) while it starts:
+    /// the EAL, the model's load and its warm-up batch run while the
+    /// active serves, often on the same cores, and at the active's
+    /// priority they take its CPU. Every thread gets its priority back
+    /// before the shadow parks, so it takes over at full speed. Only where
+    /// the priority can be raised back (root, `CAP_SYS_NICE`); 0 keeps it.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
+    standby_nice: i32,
     /// Serve this IF's own control socket here (ZeroMQ REP, JSON):
     /// `status`, `activate`, `yield`, `stop` — how the orchestrator runs a
     /// switchover.
@@ -224,6 +232,7 @@ fn init_logging() {
 }
 
 fn run(mut args: Args) -> Result<()> {
+    let started = Instant::now();
     // Before anything opens a file: a descriptor open at that number now is
     // the one the parent passed.
     if let Some(fd) = args.notify_fd {
@@ -239,6 +248,11 @@ fn run(mut args: Args) -> Result<()> {
     }
     args.engine.apply(&mut model);
     let layout = InputLayout::for_model(&model)?;
+    let lowered = if args.standby {
+        StartPriority::lower(args.standby_nice)
+    } else {
+        StartPriority::Kept
+    };
 
     // The EAL before the engine. A DPDK secondary maps the primary's
     // hugepage memory at the primary's addresses (from 0x100000000 up, a
@@ -249,7 +263,9 @@ fn run(mut args: Args) -> Result<()> {
     // rte_eal_init for this reason.
     let mut argv = vec!["kp-if".to_string()];
     argv.extend(args.eal.iter().cloned());
+    let eal_began = Instant::now();
     let eal = Eal::init(&argv).context("DPDK EAL initialisation (secondary)")?;
+    let eal_time = eal_began.elapsed();
     if eal.process_type() != ProcessType::Secondary {
         let _ = eal.cleanup();
         bail!("kp-if must run as a DPDK secondary process (--proc-type secondary)");
@@ -262,7 +278,9 @@ fn run(mut args: Args) -> Result<()> {
     }
     // The engine before anything is attached: a model that cannot load
     // fails before the IF registers its ring or says ready.
+    let load_began = Instant::now();
     let loaded = load_engine(&args, &model, layout);
+    let load_time = load_began.elapsed();
     let (mut engine, layout, info, max_batch) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
@@ -276,6 +294,12 @@ fn run(mut args: Args) -> Result<()> {
         layout: &layout,
         max_batch,
         output_elems: info.output_elems(),
+        startup: Startup {
+            began: started,
+            eal: eal_time,
+            model: load_time,
+            priority: lowered,
+        },
     };
     let result = attach_and_serve(&setup, &mut *engine, &eal);
     engine.deinit();
@@ -334,6 +358,77 @@ struct Setup<'a> {
     layout: &'a InputLayout,
     max_batch: usize,
     output_elems: usize,
+    startup: Startup,
+}
+
+/// Where a start-up's time went, for the ready line: a shadow starts while
+/// the active serves, on the same cores, so what it costs is what clients
+/// may feel during a re-provision.
+#[derive(Clone, Copy)]
+struct Startup {
+    /// When `run` began (after the process was exec'd and its arguments
+    /// parsed).
+    began: Instant,
+    /// `rte_eal_init` as a secondary (mapping the primary's memory).
+    eal: Duration,
+    /// The engine: initialised, the model loaded, configured.
+    model: Duration,
+    /// The priority it started at.
+    priority: StartPriority,
+}
+
+/// A shadow's start-up priority ([`Args::standby_nice`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum StartPriority {
+    /// As the process was started.
+    Kept,
+    /// Lowered from `base` by `by`: the threads started from then on
+    /// inherit it; [`StartPriority::restore`] gives every thread `base`
+    /// back.
+    Lowered { base: i32, by: i32 },
+}
+
+impl StartPriority {
+    /// Lowers this thread's priority by `by` (the threads it starts later
+    /// inherit it), where it can be raised back.
+    fn lower(by: i32) -> StartPriority {
+        if by == 0 {
+            return StartPriority::Kept;
+        }
+        if !kp_os::priority::is_root() {
+            eprintln!(
+                "kp-if: starting at the active's priority: lowering it needs the right to raise it back (root)"
+            );
+            return StartPriority::Kept;
+        }
+        let lowered = kp_os::priority::nice_current_thread()
+            .and_then(|base| kp_os::priority::set_nice_current_thread(base + by).map(|()| base));
+        match lowered {
+            Ok(base) => StartPriority::Lowered { base, by },
+            Err(e) => {
+                eprintln!(
+                    "kp-if: warning: starting at the active's priority: cannot lower it: {e}"
+                );
+                StartPriority::Kept
+            }
+        }
+    }
+
+    /// Every thread of the process back to the priority it started at.
+    fn restore(self) -> Result<()> {
+        if let StartPriority::Lowered { base, .. } = self {
+            kp_os::priority::set_nice_all_threads(base)
+                .with_context(|| format!("restoring every thread's nice value to {base}"))?;
+        }
+        Ok(())
+    }
+
+    fn describe(self) -> String {
+        match self {
+            StartPriority::Kept => String::new(),
+            StartPriority::Lowered { by, .. } => format!(" at nice +{by}"),
+        }
+    }
 }
 
 fn attach_and_serve(
@@ -401,6 +496,7 @@ fn serve_on(
         layout,
         max_batch,
         output_elems,
+        startup,
     } = *setup;
     let mut rcfg = ReassemblerConfig::new(model.request_bytes());
     rcfg.capacity = args.capacity;
@@ -472,8 +568,13 @@ fn serve_on(
             Ok((ctx, Some(sock)))
         })
         .transpose()?;
+    // Parked (or serving): full priority from here on, the threads started
+    // later (inference, control) included.
+    startup.priority.restore()?;
+    let to_ready = startup.began.elapsed();
     eprintln!(
-        "kp-if: {}: {} as if {} on {} ({}, {} threads on cores {}, slo {:?}, capacity {}, max batch {})",
+        "kp-if: {}: {} as if {} on {} ({}, {} threads on cores {}, slo {:?}, capacity {}, max batch {}; \
+         started in {} ms{}: EAL {} ms, engine {} ms, the rest {} ms)",
         if args.standby { "standby" } else { "ready" },
         model.name,
         model.if_id.0,
@@ -485,7 +586,12 @@ fn serve_on(
             .map_or("any".to_string(), |c| format!("{:?}", c.0)),
         model.slo,
         args.capacity,
-        max_batch
+        max_batch,
+        to_ready.as_millis(),
+        startup.priority.describe(),
+        startup.eal.as_millis(),
+        startup.model.as_millis(),
+        to_ready.saturating_sub(startup.eal + startup.model).as_millis(),
     );
     if let Some(notify) = &args.notify {
         let ready = Readiness {

@@ -1,0 +1,98 @@
+//! CPU priority (the nice value) of this process's threads. Linux keeps a
+//! nice value per thread, and a new thread starts with its creator's: a
+//! process that lowers its main thread's priority early runs every thread
+//! it creates later at that priority, and [`set_nice_all_threads`] changes
+//! all of them at once.
+
+use std::io;
+
+/// Sets the calling thread's nice value (threads it creates afterwards
+/// inherit it).
+pub fn set_nice_current_thread(nice: i32) -> io::Result<()> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    set_nice(tid, nice)
+}
+
+/// Sets the nice value of every thread of this process (as listed in
+/// `/proc/self/task`; one that exits meanwhile is skipped). Lowering a
+/// nice value (raising the priority) needs `CAP_SYS_NICE`, e.g. root.
+pub fn set_nice_all_threads(nice: i32) -> io::Result<()> {
+    for entry in std::fs::read_dir("/proc/self/task")? {
+        let name = entry?.file_name();
+        let tid: libc::pid_t = name.to_string_lossy().parse().map_err(|_| {
+            io::Error::other(format!("/proc/self/task/{name:?} is not a thread id"))
+        })?;
+        match set_nice(tid, nice) {
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {} // it exited
+            other => other?,
+        }
+    }
+    Ok(())
+}
+
+/// Whether this process runs as root (may raise priorities back).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid takes no arguments and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn set_nice(tid: libc::pid_t, nice: i32) -> io::Result<()> {
+    // SAFETY: setpriority takes plain integers and touches no memory of
+    // ours; PRIO_PROCESS with a thread id sets that thread's nice value.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's nice value.
+pub fn nice_current_thread() -> io::Result<i32> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // getpriority returns the nice value, and -1 is a valid one: errno
+    // (cleared first) tells an error from it.
+    // SAFETY: __errno_location returns this thread's errno, always valid.
+    let errno = unsafe { libc::__errno_location() };
+    // SAFETY: `errno` points at this thread's errno (above).
+    unsafe { *errno = 0 };
+    // SAFETY: getpriority takes plain integers and touches no memory of ours.
+    let value = unsafe { libc::getpriority(libc::PRIO_PROCESS, tid as libc::id_t) };
+    let err = io::Error::last_os_error();
+    if value == -1 && err.raw_os_error() != Some(0) {
+        return Err(err);
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_thread_started_after_lowering_inherits_it_and_all_can_be_reset() {
+        // In a thread of its own, so the test harness's threads keep theirs.
+        std::thread::spawn(|| {
+            let before = nice_current_thread().unwrap();
+            set_nice_current_thread(before + 5).unwrap();
+            assert_eq!(nice_current_thread().unwrap(), before + 5);
+            let child = std::thread::spawn(nice_current_thread)
+                .join()
+                .unwrap()
+                .unwrap();
+            assert_eq!(
+                child,
+                before + 5,
+                "a new thread starts at its creator's nice value"
+            );
+            if is_root() {
+                set_nice_current_thread(before).unwrap();
+                assert_eq!(nice_current_thread().unwrap(), before);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+}
