@@ -90,6 +90,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${BIN:-$repo/target/${PROFILE:-release}}
 models=${MODELS:-$repo/models}
 eal_extra=${EAL_EXTRA:-}
+# How much a starting shadow lowers its priority (kp-if --standby-nice;
+# empty: kp-if's default).
+standby_nice_arg=${STANDBY_NICE:+--standby-nice $STANDBY_NICE}
 model1=${MODEL1:-squeezenet}
 model5=${MODEL5:-shufflenet}
 af_frames=${AF_PACKET_FRAMES:-8192}
@@ -249,7 +252,7 @@ start_platform() {
   mkdir -p "$dir/kp-if"
   cat >"$wrap/kp-if" <<EOF
 #!/bin/sh
-exec "$bin/kp-if" "\$@" >"$dir/kp-if/\$\$.json"
+exec "$bin/kp-if" $standby_nice_arg "\$@" >"$dir/kp-if/\$\$.json"
 EOF
   chmod +x "$wrap/kp-if"
   local ino
@@ -332,39 +335,33 @@ meta() {
 # one row each in $cur/switchovers.csv.
 switch_if1() {
   echo "n,target_pct,t_cmd_s,cmd_to_active_ms,gap_us_status,old_pid,new_pid" >"$cur/switchovers.csv"
-  local n=$1 label=$2 pause=${3:-$settle} i pct before s row t0 t1 old new done_ok
+  local n=$1 label=$2 pause=${3:-$settle} i pct s row t0 t1 old new
   local t_load
   t_load=$(cat "$cur/load.started")
   for ((i = 1; i <= n; i++)); do
     pct=$((i % 2 ? 40 : 60))
-    s=$(kpctl status) || die "kpctl status failed"
-    row=$(jq -c '.ifs[] | select(.if_id == 1)' <<<"$s")
-    before=$(jq -r '.switchovers' <<<"$row")
-    old=$(jq -r '.pid' <<<"$row")
+    old=$(kpctl status | jq -r '.ifs[] | select(.if_id == 1) | .pid') || die "kpctl status failed"
     t0=$(now)
+    # `--wait` polls the status inside kpctl until the switchover is done:
+    # no process per poll on the cores the IFs serve on while they switch.
     for _ in $(seq 600); do
-      if kpctl share 1 "$pct" >>"$cur/share-replies.jsonl" 2>>"$cur/share-refusals.log"; then
+      if s=$(kpctl --wait --wait-timeout-s 60 share 1 "$pct" 2>>"$cur/share-refusals.log"); then
         break
       fi
+      grep -q '(busy)' <(tail -n 1 "$cur/share-refusals.log") || die "switchover $i failed: $(tail -n 3 "$cur/share-refusals.log")"
+      s=""
       sleep 0.1 # busy: the previous change is still being carried out
     done
-    done_ok=0
-    for _ in $(seq 1200); do
-      s=$(kpctl status) || continue
-      row=$(jq -c '.ifs[] | select(.if_id == 1)' <<<"$s")
-      if jq -e --argjson b "$before" '.switchovers == $b + 1 and .state == "active"' <<<"$row" >/dev/null; then
-        done_ok=1
-        break
-      fi
-      kill -0 "$orch_pid" 2>/dev/null || die "the orchestrator died: $(tail -n 20 "$cur/orchestrator.log")"
-      sleep 0.05
-    done
-    ((done_ok)) || die "switchover $i did not complete within 60 s: $row"
+    [[ -n $s ]] || die "switchover $i: if 1 stayed busy for 60 s"
     t1=$(now)
-    new=$(jq -r '.pid' <<<"$row")
-    echo "$s" >>"$cur/status.jsonl"
+    head -n 1 <<<"$s" >>"$cur/share-replies.jsonl"
+    row=$(tail -n 1 <<<"$s")
+    jq -e '.switchovers == 1 and .if.state == "active"' <<<"$row" >/dev/null ||
+      die "switchover $i did not switch over: $row"
+    new=$(jq -r '.if.pid' <<<"$row")
+    echo "$row" >>"$cur/status.jsonl"
     printf '%d,%d,%.3f,%.1f,%s,%s,%s\n' "$i" "$pct" "$(calc "$t0 - $t_load")" \
-      "$(calc "($t1 - $t0) * 1000")" "$(jq -r '.last_switchover_gap_us' <<<"$row")" \
+      "$(calc "($t1 - $t0) * 1000")" "$(jq -r '.if.last_switchover_gap_us' <<<"$row")" \
       "$old" "$new" >>"$cur/switchovers.csv"
     if ((i % 10 == 0)); then say "[$label] $i done (load average $(loadavg))"; fi
     sleep "$pause"

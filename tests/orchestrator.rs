@@ -287,10 +287,14 @@ fn slo_change_share_pin_and_a_killed_active_lose_no_request() -> Result<()> {
         })?;
 
         // A live SLO change: a re-provision through the shadow.
-        kpctl(&endpoint, &["slo", "1", "1500"])?;
-        wait_for(&endpoint, "if 1's switchover", |s| {
-            row(s, 1).is_ok_and(|r| r["switchovers"] == 1 && r["state"] == "active")
-        })?;
+        // `kpctl --wait` returns once it is done.
+        let waited = kpctl(&endpoint, &["--wait", "slo", "1", "1500"])?;
+        ensure!(
+            waited["switchovers"] == 1
+                && waited["if"]["state"] == "active"
+                && waited["if"]["slo_ms"] == 1500.0,
+            "kpctl --wait slo: {waited}"
+        );
         // A share pin: the same for if 5.
         kpctl(&endpoint, &["share", "5", "40"])?;
         let s = wait_for(&endpoint, "if 5's switchover", |s| {

@@ -445,6 +445,26 @@ fn kpctl_prints_status_and_fails_on_errors() {
     );
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 
+    // --wait: only for commands that change an IF; after one, the IF's row
+    // once it is neither starting nor switching (here at once).
+    let out = kpctl(&endpoint, &["--wait", "status"]);
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let out = kpctl(&endpoint, &["--json", "--wait", "share", "3", "45"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "the reply, then the wait's result: {text}");
+    let waited: Value = serde_json::from_str(lines[1]).expect("JSON");
+    assert_eq!(waited["switchovers"], 0, "{waited}");
+    assert_eq!(waited["if"]["state"], "active", "{waited}");
+    assert_eq!(waited["if"]["share_pct"], 45.0, "{waited}");
+    let out = kpctl(&endpoint, &["--wait", "share", "3", "45"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("if3: active at 45%") && text.contains("no switchover"),
+        "{text}"
+    );
+
     // The state is what the accepted commands made it.
     let out = kpctl(&endpoint, &["--json", "status"]);
     let json: Value = serde_json::from_slice(&out.stdout).expect("JSON");

@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use orchestrator::control::{
-    default_endpoint, format_status_table, ControlClient, Reply, Request, StatusReport,
-    ENDPOINT_ENV,
+    default_endpoint, format_status_table, ControlClient, IfState, Reply, Request, StatusReport,
+    StatusRow, ENDPOINT_ENV,
 };
 use serde_json::Value;
 
@@ -40,6 +40,17 @@ struct Cli {
     /// How long to wait for each reply.
     #[arg(long, global = true, value_name = "MS", default_value_t = 3000)]
     timeout_ms: u64,
+    /// After a command that changes an IF (deploy, slo, share, unpin,
+    /// retire) was accepted, wait until it has been carried out: the IF no
+    /// longer `starting` or `switching` (gone, after retire), asking for
+    /// the status every 20 ms in this process. Then print the IF's status
+    /// row (one more JSON line with `--json`); exit 1 if it ended `failed`
+    /// or the wait timed out.
+    #[arg(long, global = true)]
+    wait: bool,
+    /// The longest `--wait` waits.
+    #[arg(long, global = true, value_name = "S", default_value_t = 120)]
+    wait_timeout_s: u64,
     #[command(subcommand)]
     command: Command,
 }
@@ -165,6 +176,34 @@ fn main() -> ExitCode {
             return watch(&client, cli.json, Duration::from_millis(every_ms.max(50)))
         }
     };
+    let waited_if = match (&request, cli.wait) {
+        (_, false) => None,
+        (
+            Request::Deploy { if_id, .. }
+            | Request::Retire { if_id }
+            | Request::Slo { if_id, .. }
+            | Request::Share { if_id, .. }
+            | Request::Unpin { if_id },
+            true,
+        ) => Some(*if_id),
+        (other, true) => {
+            eprintln!(
+                "kpctl: --wait is for commands that change an IF, not {}",
+                other.command()
+            );
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // The IF before the change, to tell a switchover that happened from
+    // one that did not.
+    let before = match waited_if.map(|id| status_row(&client, id)) {
+        Some(Err(e)) => {
+            eprintln!("kpctl: {e}");
+            return ExitCode::from(EXIT_NO_REPLY);
+        }
+        Some(Ok(row)) => row,
+        None => None,
+    };
     let reply = match client.request(&request) {
         Ok(reply) => reply,
         Err(e) => {
@@ -195,9 +234,140 @@ fn main() -> ExitCode {
                     }
                 }
             }
-            ExitCode::SUCCESS
+            match waited_if {
+                Some(if_id) => wait_carried_out(
+                    &client,
+                    if_id,
+                    before.as_ref(),
+                    cli.json,
+                    Duration::from_secs(cli.wait_timeout_s),
+                ),
+                None => ExitCode::SUCCESS,
+            }
         }
     }
+}
+
+/// How often `--wait` asks for the status.
+const WAIT_POLL: Duration = Duration::from_millis(20);
+
+/// The status row of `if_id`, `None` if it is not deployed.
+fn status_row(client: &ControlClient, if_id: u16) -> Result<Option<StatusRow>, String> {
+    match client
+        .request(&Request::Status)
+        .map_err(|e| e.to_string())?
+    {
+        Reply::Ok(payload) => {
+            let report: StatusReport = serde_json::from_value(Value::Object(payload))
+                .map_err(|e| format!("the status reply is not a status report: {e}"))?;
+            Ok(report.ifs.into_iter().find(|r| r.if_id == if_id))
+        }
+        Reply::Error { code, message } => Err(format!("status refused ({code}): {message}")),
+    }
+}
+
+/// `--wait`: until `if_id` is neither starting nor switching (gone, if it
+/// was retired); prints its row and what changed since `before`.
+fn wait_carried_out(
+    client: &ControlClient,
+    if_id: u16,
+    before: Option<&StatusRow>,
+    json: bool,
+    timeout: Duration,
+) -> ExitCode {
+    let started = Instant::now();
+    loop {
+        let row = match status_row(client, if_id) {
+            Ok(row) => row,
+            Err(e) => {
+                eprintln!("kpctl: waiting for if{if_id}: {e}");
+                return ExitCode::from(EXIT_NO_REPLY);
+            }
+        };
+        let settled = match &row {
+            None => true,
+            Some(r) => !matches!(
+                r.state,
+                IfState::Starting | IfState::Switching | IfState::Retiring
+            ),
+        };
+        if settled {
+            let waited = started.elapsed();
+            return report_carried_out(if_id, before, row.as_ref(), waited, json);
+        }
+        if started.elapsed() > timeout {
+            eprintln!(
+                "kpctl: if{if_id} still {} after {} s (--wait-timeout-s)",
+                row.map_or("?", |r| r.state.as_str()),
+                timeout.as_secs()
+            );
+            return ExitCode::from(EXIT_REFUSED);
+        }
+        std::thread::sleep(WAIT_POLL);
+    }
+}
+
+fn report_carried_out(
+    if_id: u16,
+    before: Option<&StatusRow>,
+    after: Option<&StatusRow>,
+    waited: Duration,
+    json: bool,
+) -> ExitCode {
+    let switchovers = |r: Option<&StatusRow>| r.map_or(0, |r| r.switchovers);
+    let switched = switchovers(after).saturating_sub(switchovers(before));
+    let failed = after.is_some_and(|r| r.state == IfState::Failed);
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "waited_ms": waited.as_secs_f64() * 1e3,
+                "switchovers": switched,
+                "if": after,
+            })
+        );
+    } else {
+        match after {
+            None => println!("if{if_id}: gone (waited {} ms)", waited.as_millis()),
+            Some(r) => {
+                let pid = |r: Option<&StatusRow>| {
+                    r.and_then(|r| r.pid)
+                        .map_or("-".to_string(), |p| p.to_string())
+                };
+                let what = if switched > 0 {
+                    format!(
+                        "switched over from pid {} to {} (gap {} µs)",
+                        pid(before),
+                        pid(Some(r)),
+                        r.last_switchover_gap_us
+                            .map_or("?".to_string(), |g| g.to_string())
+                    )
+                } else {
+                    format!("pid {}, no switchover", pid(Some(r)))
+                };
+                println!(
+                    "if{if_id}: {} at {}%, SLO {} ms: {what} (waited {} ms){}",
+                    r.state,
+                    r.share_pct,
+                    r.slo_ms,
+                    waited.as_millis(),
+                    r.reason
+                        .as_deref()
+                        .map_or(String::new(), |why| format!("; {why}"))
+                );
+            }
+        }
+    }
+    if failed {
+        eprintln!(
+            "kpctl: if{if_id} failed: {}",
+            after
+                .and_then(|r| r.reason.as_deref())
+                .unwrap_or("no reason given")
+        );
+        return ExitCode::from(EXIT_REFUSED);
+    }
+    ExitCode::SUCCESS
 }
 
 /// The text form of an `ok` reply.
