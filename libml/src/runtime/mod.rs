@@ -300,6 +300,7 @@ pub fn serve(
                 &latest_batching,
                 &latest_device,
                 &admission,
+                succession.mode,
                 publish,
             )
         });
@@ -837,6 +838,7 @@ fn inference_loop<'p>(
     latest_batching: &SeqCell<{ BatchStats::WORDS }>,
     latest_device: &DeviceCell,
     admission: &AtomicUsize,
+    mode: &ModeCell,
     publish: Option<Publish<'_>>,
 ) -> DriverCounters {
     let mut counters = DriverCounters::default();
@@ -899,6 +901,12 @@ fn inference_loop<'p>(
             Decision::Dispatch { batch } => batch.min(queue.len()).min(cfg.max_batch).max(1),
             // Once fragments stop for good, do not wait to fill a batch.
             Decision::Wait { .. } if done && ready.is_empty() => queue.len().min(cfg.max_batch),
+            // Nor once this IF has yielded its ring: no new request comes,
+            // only those being assembled complete (their last fragments
+            // handed back), and the batch the policy waits for would wait
+            // until its deadline (seen: requests queued at a switchover
+            // answered 1.4–1.8 s late under a 2 s SLO).
+            Decision::Wait { .. } if mode.get() == Mode::Draining => queue.len().min(cfg.max_batch),
             Decision::Wait { until_ns } => {
                 // Until the deadline, or sooner if another request
                 // completes (it may fill the batch the policy waits for).
