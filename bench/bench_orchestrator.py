@@ -358,6 +358,32 @@ def switchover_impact(records: list[dict], windows: list, margin_us: int) -> dic
             "meets_target": ratio is not None and ratio <= 1.5 and n["failed"] == 0}
 
 
+# Offsets from the end of a switchover that around_switchovers bins by, s.
+AROUND_FROM_S, AROUND_TO_S, AROUND_BIN_S = -3.0, 4.0, 0.5
+
+
+def around_switchovers(records: list[dict], windows: list) -> list[dict]:
+    """OK requests by when they were sent relative to the nearest
+    switchover's end (the new active serving), in AROUND_BIN_S bins from
+    AROUND_FROM_S to AROUND_TO_S: where around a re-provision the latency
+    goes (the shadow starting before it, the handover, the replacement
+    shadow starting after it). Each bin: its start offset (s), requests,
+    p50 and p99 latency (ms)."""
+    ends = sorted(int(b) for _, b in windows)
+    nbins = round((AROUND_TO_S - AROUND_FROM_S) / AROUND_BIN_S)
+    bins: list[list[float]] = [[] for _ in range(nbins)]
+    for r in records:
+        if r["outcome"] != "ok" or not ends:
+            continue
+        i = bisect.bisect_left(ends, r["sent"])
+        off = min((r["sent"] - ends[j] for j in (i - 1, i) if 0 <= j < len(ends)), key=abs) / 1e6
+        k = int((off - AROUND_FROM_S) // AROUND_BIN_S)
+        if 0 <= k < nbins:
+            bins[k].append((r["answered"] - r["sent"]) / 1e3)
+    return [{"from_s": AROUND_FROM_S + k * AROUND_BIN_S, "requests": len(b), "p50_ms": pct(b, .5),
+             "p99_ms": pct(b, .99)} for k, b in enumerate(bins)]
+
+
 def impact_result(cur: str, margin_ms: float) -> dict:
     """DIR's impact phase -> result.json."""
     summary = json.loads(host.read(f"{cur}/summary.json").strip().splitlines()[-1])
@@ -367,6 +393,7 @@ def impact_result(cur: str, margin_ms: float) -> dict:
     res = dict(run_facts(read_json(f"{cur}/meta.json"), host.read(f"{cur}/loadavg.end")),
                capacity_ok_per_s=capacity, offered_rps=rate, load_fraction=rate / capacity if capacity else None,
                **switchover_impact(records, windows, int(margin_ms * 1000)))
+    res["around_switchovers"] = around_switchovers(records, windows)
     res["clients"] = {name: client_totals(read_json_lines(f"{cur}/client-{name}.jsonl")) for name in ("if1", "if5")}
     write_json(f"{cur}/result.json", res)
     return res
@@ -387,7 +414,20 @@ def impact_markdown(r: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|",
             row("near a switchover", r["near"]), row("all others", r["other"]),
             f"\n- p99 near / others: {ratio} (target at most 1.5, and 0 failed: "
-            f"{'met' if r['meets_target'] else 'not met'}); statuses near {r['near']['statuses']}\n"]
+            f"{'met' if r['meets_target'] else 'not met'}); statuses near {r['near']['statuses']}\n"] + around_markdown(r)
+
+
+def around_markdown(r: dict) -> list[str]:
+    bins = [b for b in r.get("around_switchovers", []) if b["requests"]]
+    if not bins:
+        return []
+    f = lambda v: f"{v:.1f}" if v is not None else "-"  # noqa: E731
+    return ["OK requests by when they were sent, relative to the nearest switchover's end (s):\n",
+            "| sent at | " + " | ".join(f"{b['from_s']:+.1f}" for b in bins) + " |",
+            "|---|" + "---|" * len(bins),
+            "| requests | " + " | ".join(str(b["requests"]) for b in bins) + " |",
+            "| p50 ms | " + " | ".join(f(b["p50_ms"]) for b in bins) + " |",
+            "| p99 ms | " + " | ".join(f(b["p99_ms"]) for b in bins) + " |", ""]
 
 
 # --- end to end against the engine alone ---------------------------------------------

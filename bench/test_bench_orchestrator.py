@@ -178,6 +178,21 @@ class Impact(unittest.TestCase):
         self.assertEqual(r["p99_ratio"], 10.0 / 8.0)
         self.assertTrue(r["meets_target"])
 
+    def test_latency_around_the_nearest_switchover(self):
+        w = [[1_000_000, 10_000_000], [20_000_000, 20_000_500]]
+        records = [self.rec(9_900_000, 5_000), self.rec(10_100_000, 7_000), self.rec(10_200_000, 9_000),
+                   self.rec(19_000_000, 30_000), self.rec(20_000_400, 11_000, "overloaded"),
+                   self.rec(13_600_000, 1_000)]  # 3.6 s after the first, 6.4 s before the second
+        bins = bo.around_switchovers(records, w)
+        self.assertEqual(len(bins), 14)
+        by = {b["from_s"]: b for b in bins}
+        self.assertEqual((by[-0.5]["requests"], by[-0.5]["p50_ms"]), (1, 5.0))   # 0.1 s before the first end
+        self.assertEqual((by[0.0]["requests"], by[0.0]["p99_ms"]), (2, 9.0))    # 0.1 and 0.2 s after
+        self.assertEqual((by[-1.5]["requests"], by[-1.5]["p50_ms"]), (1, 30.0))  # 1.0005 s before the second
+        self.assertEqual(by[3.5]["requests"], 1, "3.6 s after the first is nearer than 6.4 s before the next")
+        self.assertEqual(sum(b["requests"] for b in bins), 5, "a failed request is not a latency")
+        self.assertEqual(bo.around_switchovers(records, [])[0]["requests"], 0)
+
     def test_result_from_a_phase_directory(self):
         import tempfile
 
