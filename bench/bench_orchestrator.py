@@ -384,6 +384,28 @@ def around_switchovers(records: list[dict], windows: list) -> list[dict]:
              "p99_ms": pct(b, .99)} for k, b in enumerate(bins)]
 
 
+# The requests worst_near_switchovers looks at: sent this long before a
+# switchover starts to this long after it ends, us.
+WORST_BEFORE_US, WORST_AFTER_US = 300_000, 10_000
+
+
+def worst_near_switchovers(records: list[dict], windows: list) -> dict:
+    """Per switchover, the slowest OK request sent from WORST_BEFORE_US
+    before it started to WORST_AFTER_US after it ended (what the one
+    client unluckiest at that switchover saw); over the switchovers, the
+    median of those and how many passed 500 ms. The near/others split
+    weighs switchovers by how many requests they held up; this counts each
+    once."""
+    sent = sorted((r["sent"], r["answered"]) for r in records if r["outcome"] == "ok")
+    keys = [t for t, _ in sent]
+    worst = []
+    for a, b in sorted((int(a), int(b)) for a, b in windows):
+        lo, hi = bisect.bisect_left(keys, a - WORST_BEFORE_US), bisect.bisect_right(keys, b + WORST_AFTER_US)
+        worst.append(max(((ans - t) / 1e3 for t, ans in sent[lo:hi]), default=0.0))
+    return {"per_switchover_ms": worst, "median_ms": pct(worst, .5),
+            "over_500ms": sum(1 for w in worst if w > 500.0)}
+
+
 def impact_result(cur: str, margin_ms: float) -> dict:
     """DIR's impact phase -> result.json."""
     summary = json.loads(host.read(f"{cur}/summary.json").strip().splitlines()[-1])
@@ -394,6 +416,7 @@ def impact_result(cur: str, margin_ms: float) -> dict:
                capacity_ok_per_s=capacity, offered_rps=rate, load_fraction=rate / capacity if capacity else None,
                **switchover_impact(records, windows, int(margin_ms * 1000)))
     res["around_switchovers"] = around_switchovers(records, windows)
+    res["worst_near"] = worst_near_switchovers(records, windows)
     res["clients"] = {name: client_totals(read_json_lines(f"{cur}/client-{name}.jsonl")) for name in ("if1", "if5")}
     write_json(f"{cur}/result.json", res)
     return res
@@ -414,7 +437,17 @@ def impact_markdown(r: dict) -> list[str]:
             "|---|---|---|---|---|---|---|---|",
             row("near a switchover", r["near"]), row("all others", r["other"]),
             f"\n- p99 near / others: {ratio} (target at most 1.5, and 0 failed: "
-            f"{'met' if r['meets_target'] else 'not met'}); statuses near {r['near']['statuses']}\n"] + around_markdown(r)
+            f"{'met' if r['meets_target'] else 'not met'}); statuses near {r['near']['statuses']}"] + worst_markdown(r) + \
+        [""] + around_markdown(r)
+
+
+def worst_markdown(r: dict) -> list[str]:
+    w = r.get("worst_near")
+    if not w or w["median_ms"] is None:
+        return []
+    return [f"- the slowest request sent from {WORST_BEFORE_US // 1000} ms before a switchover to "
+            f"{WORST_AFTER_US // 1000} ms after it, per switchover: median {w['median_ms']:.1f} ms; over 500 ms at "
+            f"{w['over_500ms']} of {len(w['per_switchover_ms'])} switchovers"]
 
 
 def around_markdown(r: dict) -> list[str]:

@@ -193,6 +193,19 @@ class Impact(unittest.TestCase):
         self.assertEqual(sum(b["requests"] for b in bins), 5, "a failed request is not a latency")
         self.assertEqual(bo.around_switchovers(records, [])[0]["requests"], 0)
 
+    def test_the_slowest_request_at_each_switchover(self):
+        w = [[1_000_000, 1_000_500], [5_000_000, 5_000_400], [9_000_000, 9_000_100]]
+        records = [self.rec(700_000, 30_000),            # 300 ms before the first: counted
+                   self.rec(699_000, 900_000),           # 301 ms before: not
+                   self.rec(1_010_400, 12_000),          # 9.9 ms after it ended: counted
+                   self.rec(4_990_000, 600_000),         # the second
+                   self.rec(4_995_000, None, "unanswered"),
+                   self.rec(9_000_050, 8_000)]           # the third
+        r = bo.worst_near_switchovers(records, w)
+        self.assertEqual(r["per_switchover_ms"], [30.0, 600.0, 8.0])
+        self.assertEqual((r["median_ms"], r["over_500ms"]), (30.0, 1))
+        self.assertEqual(bo.worst_near_switchovers(records, [[20_000_000, 20_000_100]])["per_switchover_ms"], [0.0])
+
     def test_result_from_a_phase_directory(self):
         import tempfile
 

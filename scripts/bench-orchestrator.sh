@@ -52,7 +52,7 @@
 # follow real latency and throughput but its share changes change nothing
 # the IFs run on; docs/PERFORMANCE.md says what this does and does not show.
 #
-# Phase "impact" (issue 13; ~10 min): switchovers as the
+# Phase "impact" (issue 13; ~30 min): switchovers as the
 # clients see them, once per fraction of IMPACT_LOADS of if 1's measured
 # capacity: open-loop load on if 1, every request recorded, while
 # IMPACT_SWITCHOVERS switchovers run; requests in flight within
