@@ -243,8 +243,26 @@ EOF
   done
 }
 
+# wait_for_shadows DIR: until every IF that DIR/platform.toml deploys has a
+# shadow that said it is parked (its log's "kp-if: standby:" line), at most
+# 60 s: a shadow starts at a low priority (kp-if --standby-nice) and, while
+# it does, a measurement on the active's cores is not of the IF alone.
+wait_for_shadows() {
+  local id ids parked
+  ids=$(awk '/^if_id = / {print $3}' "$1/platform.toml")
+  for _ in $(seq 600); do
+    parked=1
+    for id in $ids; do
+      grep -qs 'kp-if: standby:' "$runtime"/logs/if-"$id"-*.log || parked=0
+    done
+    ((parked)) && return 0
+    sleep 0.1
+  done
+  say "warning: not every IF's shadow parked within 60 s; going on"
+}
+
 # start_platform DIR: the orchestrator on DIR/platform.toml; waits until
-# every IF is active and their shadows had time to load.
+# every IF is active and each has a parked shadow.
 start_platform() {
   local dir=$1
   runtime="$dir/run"
@@ -271,7 +289,7 @@ EOF
     kill -0 "$orch_pid" 2>/dev/null || { tail -n 30 "$dir/orchestrator.log" >&2; die "the orchestrator exited"; }
     if kpctl status 2>/dev/null | jq -e --argjson n "$n" \
       '(.ifs | length) == $n and all(.ifs[]; .state == "active")' >/dev/null 2>&1; then
-      sleep 3 # the shadows load
+      wait_for_shadows "$dir"
       return 0
     fi
     sleep 0.1
