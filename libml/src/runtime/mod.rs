@@ -899,14 +899,16 @@ fn inference_loop<'p>(
         }
         let n = match policy.decide(now, &arrivals, true) {
             Decision::Dispatch { batch } => batch.min(queue.len()).min(cfg.max_batch).max(1),
-            // Once fragments stop for good, do not wait to fill a batch.
-            Decision::Wait { .. } if done && ready.is_empty() => queue.len().min(cfg.max_batch),
-            // Nor once this IF has yielded its ring: no new request comes,
-            // only those being assembled complete (their last fragments
-            // handed back), and the batch the policy waits for would wait
-            // until its deadline (seen: requests queued at a switchover
-            // answered 1.4–1.8 s late under a 2 s SLO).
-            Decision::Wait { .. } if mode.get() == Mode::Draining => queue.len().min(cfg.max_batch),
+            // Do not wait to fill a batch once no new request can come:
+            // fragments stopped for good, or this IF yielded its ring (only
+            // what it was assembling still completes, its last fragments
+            // handed back), where the policy, still counting on the arrival
+            // rate it saw, would wait until the oldest request's deadline
+            // (seen: requests queued at a switchover answered 1.4–1.8 s
+            // late under a 2 s SLO).
+            Decision::Wait { .. } if (done && ready.is_empty()) || mode.get() == Mode::Draining => {
+                queue.len().min(cfg.max_batch)
+            }
             Decision::Wait { until_ns } => {
                 // Until the deadline, or sooner if another request
                 // completes (it may fill the batch the policy waits for).

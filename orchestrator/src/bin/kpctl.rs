@@ -251,17 +251,22 @@ fn main() -> ExitCode {
 /// How often `--wait` asks for the status.
 const WAIT_POLL: Duration = Duration::from_millis(20);
 
+/// The payload of an `ok` reply to `status`, read as a report.
+fn status_report(payload: serde_json::Map<String, Value>) -> Result<StatusReport, String> {
+    serde_json::from_value(Value::Object(payload))
+        .map_err(|e| format!("the status reply is not a status report: {e}"))
+}
+
 /// The status row of `if_id`, `None` if it is not deployed.
 fn status_row(client: &ControlClient, if_id: u16) -> Result<Option<StatusRow>, String> {
     match client
         .request(&Request::Status)
         .map_err(|e| e.to_string())?
     {
-        Reply::Ok(payload) => {
-            let report: StatusReport = serde_json::from_value(Value::Object(payload))
-                .map_err(|e| format!("the status reply is not a status report: {e}"))?;
-            Ok(report.ifs.into_iter().find(|r| r.if_id == if_id))
-        }
+        Reply::Ok(payload) => Ok(status_report(payload)?
+            .ifs
+            .into_iter()
+            .find(|r| r.if_id == if_id)),
         Reply::Error { code, message } => Err(format!("status refused ({code}): {message}")),
     }
 }
@@ -384,9 +389,7 @@ fn print_ok(request: &Request, payload: &serde_json::Map<String, Value>) -> Resu
     };
     match request {
         Request::Status => {
-            let report: StatusReport = serde_json::from_value(Value::Object(payload.clone()))
-                .map_err(|e| format!("the status reply is not a status report: {e}"))?;
-            print!("{}", format_status_table(&report));
+            print!("{}", format_status_table(&status_report(payload.clone())?));
         }
         Request::Deploy { if_id, .. } => println!(
             "deployed if{if_id}: model {}, share {}%, SLO {} ms, binary {}",
@@ -425,12 +428,10 @@ fn watch(client: &ControlClient, json: bool, every: Duration) -> ExitCode {
             Ok(Reply::Ok(payload)) if json => {
                 format!("{}\n", Reply::Ok(payload).to_json())
             }
-            Ok(Reply::Ok(payload)) => {
-                match serde_json::from_value::<StatusReport>(Value::Object(payload)) {
-                    Ok(report) => format_status_table(&report),
-                    Err(e) => format!("the status reply is not a status report: {e}\n"),
-                }
-            }
+            Ok(Reply::Ok(payload)) => match status_report(payload) {
+                Ok(report) => format_status_table(&report),
+                Err(e) => format!("{e}\n"),
+            },
             Ok(reply @ Reply::Error { .. }) if json => format!("{}\n", reply.to_json()),
             Ok(Reply::Error { code, message }) => format!("status refused ({code}): {message}\n"),
             Err(e) if json => format!(
