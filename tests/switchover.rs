@@ -4,13 +4,16 @@
 //! exactly once — none lost, none duplicated — with each gap measured.
 //! Then the active IF is killed with SIGKILL under load: its shadow takes
 //! over, answers INTERNAL what the dead one held, and service goes on.
+//! And a kp-if told to stop while it starts exits by itself, holding none
+//! of DPDK's shared locks.
 //!
 //! Nothing here depends on the machine's speed: the client runs until the
 //! scenario is over (it is stopped, not timed), each step waits for the
 //! condition it needs (traffic flowing, a mode reached), and the deadlines
 //! only fail a test that hangs.
 
-use std::process::Command;
+use std::io::Read;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
@@ -79,6 +82,36 @@ impl Platform {
     /// Starts a squeezenet IF (a shadow with `standby`); returns it and its
     /// control endpoint.
     fn start_if(&mut self, standby: bool) -> Result<(Daemon, String)> {
+        let (options, eal, listen) = self.if_args(standby);
+        let d = Daemon::start_bin(
+            &["ip", "netns", "exec", self.net.get("PLATFORM_NS")],
+            "kp-if",
+            &options,
+            &eal,
+            if standby {
+                "kp-if: standby"
+            } else {
+                "kp-if: ready"
+            },
+        )?;
+        Ok((d, listen))
+    }
+
+    /// `ip netns exec NS kp-if ...` for a squeezenet IF, not started.
+    fn if_command(&mut self, standby: bool) -> Command {
+        let (options, eal, _) = self.if_args(standby);
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", self.net.get("PLATFORM_NS")])
+            .arg(bin("kp-if"))
+            .args(options)
+            .arg("--")
+            .args(eal);
+        cmd
+    }
+
+    /// A squeezenet IF's options, its EAL arguments (an lcore of its own)
+    /// and its control endpoint.
+    fn if_args(&mut self, standby: bool) -> (Vec<String>, Vec<String>, String) {
         let lcore = self.next_lcore;
         self.next_lcore += 1;
         let listen = format!(
@@ -103,22 +136,12 @@ impl Platform {
         if standby {
             options.push("--standby".into());
         }
-        let d = Daemon::start_bin(
-            &["ip", "netns", "exec", self.net.get("PLATFORM_NS")],
-            "kp-if",
-            &options,
-            &eal(
-                &self.prefix,
-                &format!("{lcore}@(0-1)"),
-                &["--proc-type", "secondary"],
-            ),
-            if standby {
-                "kp-if: standby"
-            } else {
-                "kp-if: ready"
-            },
-        )?;
-        Ok((d, listen))
+        let eal = eal(
+            &self.prefix,
+            &format!("{lcore}@(0-1)"),
+            &["--proc-type", "secondary"],
+        );
+        (options, eal, listen)
     }
 
     /// kp-client, closed loop, in the background until stopped: as long as
@@ -353,5 +376,77 @@ fn a_killed_active_is_replaced_by_its_shadow_and_nothing_is_silently_lost() -> R
             ),
         ],
     )?;
+    Ok(())
+}
+
+/// A kp-if told to stop (SIGTERM) while it starts, in the EAL, loading its
+/// engine or parked, finishes the step it is in and exits by itself with
+/// status 0. Killed by the signal inside a DPDK call, it would leave a lock
+/// of the shared memory held for every process of the platform (the memory
+/// hotplug lock while the EAL maps the primary's memory, the memzone lock,
+/// the heap lock): the next process to free a memzone then spins forever,
+/// as every kp-if and the if-manager did at the orchestrator's shutdown
+/// when the shadow it had just started died that way. After a dozen such
+/// stops, spread from the first millisecond to after the shadow parked,
+/// the serving IF and the if-manager still stop in time, each with its
+/// report, and leave no DPDK file behind.
+#[test]
+fn a_kp_if_stopped_while_it_starts_exits_by_itself_and_holds_no_lock() -> Result<()> {
+    let mut p = Platform::up("stop-at-start")?;
+    let (active, _) = p.start_if(false)?;
+    for delay_ms in [0u64, 2, 5, 10, 20, 40, 70, 100, 150, 250, 400, 800] {
+        let mut cmd = p.if_command(true);
+        cmd.stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .stdin(Stdio::null());
+        let mut child = cmd.spawn().context("spawning kp-if")?;
+        // From the moment its EAL opened its multi-process socket: a kp-if
+        // is inside DPDK from there on (a signal before would find no DPDK
+        // state to leave behind).
+        let socket = format!("mp_socket_{}_", child.id());
+        let runtime = std::path::Path::new("/var/run/dpdk").join(&p.prefix);
+        let deadline = Instant::now() + HUNG;
+        while !std::fs::read_dir(&runtime).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(&socket))
+        }) {
+            ensure!(
+                Instant::now() < deadline && child.try_wait()?.is_none(),
+                "a kp-if never started its EAL"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()?;
+        let deadline = Instant::now() + HUNG;
+        let status = loop {
+            if let Some(s) = child.try_wait()? {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                anyhow::bail!("a kp-if stopped {delay_ms} ms into its start did not exit");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let mut stderr = String::new();
+        child
+            .stderr
+            .take()
+            .expect("piped")
+            .read_to_string(&mut stderr)?;
+        ensure!(
+            status.success(),
+            "a kp-if stopped {delay_ms} ms into its start exited with {status}; stderr:\n{stderr}"
+        );
+    }
+    // Every lock free: the active frees its memzones and the if-manager
+    // its own, each within `Daemon::stop`'s 20 s, with their reports.
+    let report = active.stop()?;
+    ensure!(report["if_id"] == 1, "kp-if's report: {report}");
+    let ifm = p.finish()?;
+    ensure!(ifm["mempool"].is_object(), "if-manager's report: {ifm}");
     Ok(())
 }

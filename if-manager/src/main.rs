@@ -56,6 +56,14 @@ fn run(args: Args) -> Result<()> {
         .map(kp_os::inherit::claim)
         .transpose()
         .context("--notify-fd")?;
+    // SIGTERM/SIGINT set a flag from before the EAL on: a stop asked for
+    // while it starts must not kill the primary inside a DPDK call holding
+    // a lock of the shared memory (see kp-if). A stop that came during
+    // start-up ends `serve` at once, with its report.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
     let mut eal_argv = vec!["if-manager".to_string()];
     eal_argv.extend(args.eal.iter().cloned());
     let eal = Eal::init(&eal_argv).context("DPDK EAL initialisation failed")?;
@@ -64,7 +72,7 @@ fn run(args: Args) -> Result<()> {
     }
     let socket = eal.socket_id();
 
-    let result = serve(&args, socket, notify);
+    let result = serve(&args, socket, notify, stop);
     // The report first: it is complete once `serve` returns, and whoever
     // waits for it (the orchestrator gives a stopping if-manager 10 s
     // before it kills it) must not depend on how long the EAL's cleanup
@@ -92,7 +100,12 @@ fn run(args: Args) -> Result<()> {
 
 /// Everything between EAL init and cleanup; every DPDK object is dropped
 /// (in the right order: port, rings, pool) before it returns.
-fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result<Value> {
+fn serve(
+    args: &Args,
+    socket: dpdk::SocketId,
+    notify: Option<OwnedFd>,
+    stop: Arc<AtomicBool>,
+) -> Result<Value> {
     let pool = Mempool::create_pktmbuf(
         names::MEMPOOL,
         args.mbufs,
@@ -141,10 +154,6 @@ fn serve(args: &Args, socket: dpdk::SocketId, notify: Option<OwnedFd>) -> Result
             .map_err(anyhow::Error::msg)?;
     }
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
     let counters = Arc::new(Counters::default());
     let control = args.control.clone().map(|endpoint| {
         let (registry, counters, stop) = (registry.clone(), counters.clone(), stop.clone());

@@ -13,7 +13,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -248,6 +248,21 @@ fn run(mut args: Args) -> Result<()> {
     }
     args.engine.apply(&mut model);
     let layout = InputLayout::for_model(&model)?;
+    // SIGTERM/SIGINT set a flag from here on, before the EAL: a stop asked
+    // for during start-up must not kill this process inside a DPDK call.
+    // Start-up takes DPDK's shared locks (the memory hotplug lock while the
+    // EAL maps the primary's memory, the memzone lock, the heap lock while
+    // the pool grows the heap), and a process that dies holding one leaves
+    // it held for every process of the platform: seen as a shutdown where
+    // every other kp-if and the if-manager spun forever in
+    // `rte_memzone_free`, because a shadow started just before had died of
+    // the orchestrator's SIGTERM inside `rte_eal_init`. The flag is looked
+    // at once the EAL and once the engine are up, and then by the serving
+    // loop.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
+    }
     let lowered = if args.standby {
         StartPriority::lower(args.standby_nice)
     } else {
@@ -270,6 +285,10 @@ fn run(mut args: Args) -> Result<()> {
         let _ = eal.cleanup();
         bail!("kp-if must run as a DPDK secondary process (--proc-type secondary)");
     }
+    if stopped_during_startup(&stop, "DPDK's EAL") {
+        eal.cleanup().context("DPDK cleanup")?;
+        return Ok(());
+    }
     // The EAL pins this thread to its main lcore's CPUs; `--cores` wins
     // (the engine's threads inherit the mask).
     if let Some(Cores(cores)) = &args.cores {
@@ -288,12 +307,18 @@ fn run(mut args: Args) -> Result<()> {
             return Err(e);
         }
     };
+    if stopped_during_startup(&stop, "the engine") {
+        engine.deinit();
+        eal.cleanup().context("DPDK cleanup")?;
+        return Ok(());
+    }
     let setup = Setup {
         args: &args,
         model: &model,
         layout: &layout,
         max_batch,
         output_elems: info.output_elems(),
+        stop: &stop,
         startup: Startup {
             began: started,
             eal: eal_time,
@@ -358,7 +383,19 @@ struct Setup<'a> {
     layout: &'a InputLayout,
     max_batch: usize,
     output_elems: usize,
+    /// Set by SIGINT/SIGTERM (installed before the EAL starts).
+    stop: &'a Arc<AtomicBool>,
     startup: Startup,
+}
+
+/// Whether a stop was asked for while `what` started; if so, says so (the
+/// caller then undoes what it started and exits without serving).
+fn stopped_during_startup(stop: &AtomicBool, what: &str) -> bool {
+    let stopped = stop.load(Ordering::Relaxed);
+    if stopped {
+        eprintln!("kp-if: told to stop while {what} started; exiting without serving");
+    }
+    stopped
 }
 
 /// Where a start-up's time went, for the ready line: a shadow starts while
@@ -496,6 +533,7 @@ fn serve_on(
         layout,
         max_batch,
         output_elems,
+        stop,
         startup,
     } = *setup;
     let mut rcfg = ReassemblerConfig::new(model.request_bytes());
@@ -547,10 +585,6 @@ fn serve_on(
         grace: Duration::from_millis(args.reassembly_timeout_ms) + SWITCHOVER_GRACE_MARGIN,
     };
 
-    let stop = Arc::new(AtomicBool::new(false));
-    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
-        signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
-    }
     if let (Some(c), false) = (&control, args.standby) {
         c.ready(model.if_id).map_err(anyhow::Error::msg)?;
     }
@@ -651,7 +685,7 @@ fn serve_on(
     };
     let mut report = std::thread::scope(|s| {
         if let Some(sock) = listener.as_mut().and_then(|(_, sock)| sock.take()) {
-            let (mode, stop, ctl) = (&mode, &*stop, &ctl);
+            let (mode, stop, ctl) = (&mode, &**stop, &ctl);
             let info = &info;
             s.spawn(move || serve_control(&sock, mode, stop, ctl, info));
         }
@@ -665,7 +699,7 @@ fn serve_on(
             &mut reassembler,
             &mut policy,
             engine,
-            &stop,
+            stop,
             publisher
                 .as_ref()
                 .map(|_| &publish as &(dyn Fn(&Publication) + Sync)),
