@@ -384,7 +384,7 @@ struct Setup<'a> {
     max_batch: usize,
     output_elems: usize,
     /// Set by SIGINT/SIGTERM (installed before the EAL starts).
-    stop: &'a Arc<AtomicBool>,
+    stop: &'a AtomicBool,
     startup: Startup,
 }
 
@@ -685,7 +685,7 @@ fn serve_on(
     };
     let mut report = std::thread::scope(|s| {
         if let Some(sock) = listener.as_mut().and_then(|(_, sock)| sock.take()) {
-            let (mode, stop, ctl) = (&mode, &**stop, &ctl);
+            let (mode, stop, ctl) = (&mode, stop, &ctl);
             let info = &info;
             s.spawn(move || serve_control(&sock, mode, stop, ctl, info));
         }
