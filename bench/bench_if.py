@@ -218,12 +218,18 @@ def udp_payloads(data: bytes) -> Iterator[tuple[int, bytes]]:
             yield sec * 10**9 + (frac if nano else frac * 1000), p
 
 
+FRAGMENT_TYPE = 1  # docs/PROTOCOL.md: 1 request fragment, 2 response, 3 error
+
+
 def fragment_spans(fragments: Iterator[tuple[int, bytes]]) -> dict:
     """request_id -> µs from its first to its last fragment at the
     platform's interface (the reassembly span the client's sending
-    imposes), for requests with both captured."""
+    imposes), for requests with both captured. Answers in the same
+    capture are skipped."""
     first, last = {}, {}
     for t, p in fragments:
+        if p[5] != FRAGMENT_TYPE:
+            continue
         _, _, _, _, req, _, idx, cnt = struct.unpack(">IBBHQIHH", p[:24])
         if idx == 0:
             first[req] = t
@@ -232,19 +238,50 @@ def fragment_spans(fragments: Iterator[tuple[int, bytes]]) -> dict:
     return {r: (last[r] - first[r]) / 1000 for r in first if r in last and last[r] >= first[r]}
 
 
-def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict) -> list[dict]:
+def last_fragments(fragments: Iterator[tuple[int, bytes]]) -> dict:
+    """request_id -> capture time (ns) of its last fragment at the
+    platform's interface."""
+    last = {}
+    for t, p in fragments:
+        if len(p) >= 24 and p[5] == FRAGMENT_TYPE:
+            req, _, idx, cnt = struct.unpack(">QIHH", p[8:24])
+            if idx + 1 == cnt:
+                last[req] = t
+    return last
+
+
+def trace_records(lines: Iterator[dict]) -> dict:
+    """kp-if --trace's records by (request_id, send_ts_ns): the key an
+    answer echoes."""
+    return {(r["request_id"], r["send_ts_ns"]): r for r in lines}
+
+
+def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict, last: Optional[dict] = None,
+                trace: Optional[dict] = None) -> list[dict]:
     """Every answer, in capture order: status, batch_size, latency_us, the
     wire RTT (capture time - the send_ts_ns the client stamped just before
-    its first fragment, both CLOCK_REALTIME on this machine) and its
-    request's fragment span."""
+    its first fragment, both CLOCK_REALTIME on this machine), its
+    request's fragment span and, where captured and traced, the time from
+    its last fragment at the platform's interface to its answer at the
+    client's (LAST: request_id -> capture ns), its batch's own engine time
+    (kp-if's trace), and the IF's two hand-overs around it: from the
+    request's completion to its batch's start, and from the batch's end to
+    its answer on the TX ring."""
+    last, trace = last or {}, trace or {}
     rows = []
     for t_ns, p in answers:
         if len(p) < 36:
             continue
         _, _, _, _, req, send_ts, status, _, batch, lat = struct.unpack(">IBBHQQIHHI", p[:36])
+        rec = trace.get((req, send_ts))
         rows.append({"request_id": req, "status": status, "batch_size": batch, "latency_us": lat,
                      "rtt_wire_us": round((t_ns - send_ts) / 1000, 1), "t_ns": t_ns,
-                     "frag_span_us": spans.get(req)})
+                     "frag_span_us": spans.get(req),
+                     "after_last_wire_us": round((t_ns - last[req]) / 1000, 3)
+                     if req in last and t_ns >= last[req] else None,
+                     "engine_own_us": None if rec is None else (rec["end_ns"] - rec["start_ns"]) / 1000,
+                     "if_wait_us": None if rec is None else (rec["start_ns"] - rec["complete_ns"]) / 1000,
+                     "if_answer_us": None if rec is None else (rec["sent_ns"] - rec["end_ns"]) / 1000})
     rows.sort(key=lambda r: r["t_ns"])
     return rows
 
@@ -270,7 +307,7 @@ def mark_engine_busy(rows: list[dict]) -> list[dict]:
 
 
 ANSWER_COLUMNS = ["request_id", "status", "batch_size", "latency_us", "rtt_wire_us", "t_ns", "frag_span_us",
-                  "engine_busy_at_arrival_us"]
+                  "after_last_wire_us", "engine_own_us", "if_wait_us", "if_answer_us", "engine_busy_at_arrival_us"]
 
 
 # --- analysis: CPU use and per-phase statistics -------------------------------
@@ -362,6 +399,23 @@ def phase_stats(client: dict, ok: list[dict], ref_ms: dict, cpu: dict) -> dict:
             for r in spanned if r["engine_busy_at_arrival_us"] == 0]),
         "rtt_wire_us": q3([r["rtt_wire_us"] for r in rows]),
     })
+    # The issue-13 target, with each request's own engine time (kp-if's
+    # trace) instead of the engine's median: last fragment in to answer
+    # out at the platform's interface, less the engine's time for that
+    # request's batch; and where the rest went.
+    traced = [r for r in rows if r.get("after_last_wire_us") is not None and r.get("engine_own_us") is not None]
+    if traced:
+        res.update({
+            "engine_own_us": q3([r["engine_own_us"] for r in traced]),
+            "after_last_wire_us": q3([r["after_last_wire_us"] for r in traced]),
+            "overhead_after_last_own_us": q3([r["after_last_wire_us"] - r["engine_own_us"] for r in traced]),
+            "overhead_after_last_own_engine_idle_us": q3([
+                r["after_last_wire_us"] - r["engine_own_us"] for r in traced if r["engine_busy_at_arrival_us"] == 0]),
+            "if_wait_us": q3([r["if_wait_us"] for r in traced]),
+            "if_answer_us": q3([r["if_answer_us"] for r in traced]),
+            "outside_if_after_last_us": q3([
+                r["after_last_wire_us"] - r["if_wait_us"] - r["engine_own_us"] - r["if_answer_us"] for r in traced]),
+        })
     return res
 
 
@@ -425,6 +479,10 @@ def p50_p99(d: Optional[dict]) -> str:
     return "-" if not d else f"{ms(d['p50'])} / {ms(d['p99'])}"
 
 
+def p50_p99_us(d: Optional[dict]) -> str:
+    return "-" if not d or d["p50"] is None else f"{d['p50']:.0f} / {d['p99']:.0f}"
+
+
 def engine_table(meta: dict, eng: dict) -> list[str]:
     return [f"### {meta['model']}: engine alone vs end to end\n",
             f"{meta['cpu']}, {meta['nproc']} CPUs, git {meta['git']}; load average at start {' '.join(meta['loadavg_at_start'])}; "
@@ -470,6 +528,14 @@ LATENCY_ROWS = [
     ("overhead after the last fragment, engine idle at arrival, p50 / p99 ms",
      lambda p: p50_p99(p.get("overhead_after_last_fragment_engine_idle_us"))),
     ("outside the IF (wire RTT − latency_us) p50 / p99 ms", lambda p: p50_p99(p.get("outside_if_us"))),
+    ("engine's own time for the request's batch (kp-if --trace) p50 / p99 ms", lambda p: p50_p99(p.get("engine_own_us"))),
+    ("**last fragment in (platform's interface) → answer out (client's) − own engine time** p50 / p99 µs",
+     lambda p: f"**{p50_p99_us(p.get('overhead_after_last_own_us'))}**"),
+    ("the same, engine idle at arrival, p50 / p99 µs", lambda p: p50_p99_us(p.get("overhead_after_last_own_engine_idle_us"))),
+    ("of which in the IF: request complete → its batch starts, p50 / p99 µs", lambda p: p50_p99_us(p.get("if_wait_us"))),
+    ("of which in the IF: batch ends → answer on the TX ring, p50 / p99 µs", lambda p: p50_p99_us(p.get("if_answer_us"))),
+    ("of which outside the IF (if-manager, af_packet, veth; both ways) p50 / p99 µs",
+     lambda p: p50_p99_us(p.get("outside_if_after_last_us"))),
     ("batch sizes (requests per size)", lambda p: str(p.get("batch_mix_requests", "-"))),
     ("statuses / unanswered", lambda p: f"{p['statuses']} / {p['unanswered']}"),
     ("CPU0 / CPU1 busy %", lambda p: f"{p['cpu']['cpu0']['busy']} / {p['cpu']['cpu1']['busy']}"),
@@ -539,8 +605,11 @@ def write_csv(path: str, rows: list[list]) -> None:
 
 def captured_answers(out: str, phase: str) -> list[dict]:
     """PHASE's OK answers from its captures; every answer to answers-PHASE.csv."""
-    rows = answer_rows(captured_payloads(f"{out}/answers-{phase}.pcap"),
-                       fragment_spans(captured_payloads(f"{out}/frags-{phase}.pcap")))
+    platform = list(captured_payloads(f"{out}/frags-{phase}.pcap"))
+    trace = f"{out}/trace.jsonl"
+    rows = answer_rows(captured_payloads(f"{out}/answers-{phase}.pcap"), fragment_spans(iter(platform)),
+                       last_fragments(iter(platform)),
+                       trace_records(read_json_lines(trace)) if os.path.exists(trace) else None)
     ok = mark_engine_busy(rows)
     with open(f"{out}/answers-{phase}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=ANSWER_COLUMNS)

@@ -129,11 +129,41 @@ class Captures(unittest.TestCase):
         rows = bench_if.answer_rows(iter(answers), {1: 120.5})
         self.assertEqual([r["request_id"] for r in rows], [1, 2, 9, 3, 4])
         self.assertEqual(rows[0], {"request_id": 1, "status": 0, "batch_size": 2, "latency_us": 5000,
-                                   "rtt_wire_us": 5100.0, "t_ns": 10 * ms, "frag_span_us": 120.5})
+                                   "rtt_wire_us": 5100.0, "t_ns": 10 * ms, "frag_span_us": 120.5,
+                                   "after_last_wire_us": None, "engine_own_us": None, "if_wait_us": None,
+                                   "if_answer_us": None})
         ok = bench_if.mark_engine_busy(rows)
         self.assertEqual([r["request_id"] for r in ok], [1, 2, 3, 4])
         self.assertEqual([r["engine_busy_at_arrival_us"] for r in ok], [None, None, 1000.0, 0])
         self.assertNotIn("engine_busy_at_arrival_us", rows[2])
+
+    def test_fragment_spans_skip_answers_in_the_same_capture(self):
+        # An answer's bytes 20..24 are not a fragment index and count.
+        got = bench_if.fragment_spans(iter([(1_000, fragment(1, 0, 2)), (2_000, answer(1, 0, 0, 1, 0)),
+                                            (3_000, fragment(1, 1, 2))]))
+        self.assertEqual(got, {1: 2.0})
+
+    def test_last_fragments_skip_answers_and_other_fragments(self):
+        platform = [(1_000_000, fragment(1, 0, 3)), (1_400_000, fragment(1, 2, 3)),
+                    (2_000_000, answer(1, 0, 0, 1, 4000)),
+                    (6_000_000, fragment(2, 0, 2)),                          # last not captured
+                    (9_000_000, fragment(3, 0, 1))]
+        self.assertEqual(bench_if.last_fragments(iter(platform)), {1: 1_400_000, 3: 9_000_000})
+
+    def test_trace_records_join_answers_by_request_and_send_time(self):
+        ms = 1_000_000
+        trace = bench_if.trace_records(iter([
+            {"request_id": 1, "send_ts_ns": 77, "complete_ns": 5 * ms, "start_ns": 5 * ms + 40_000,
+             "end_ns": 9 * ms + 40_000, "sent_ns": 9 * ms + 52_000},
+            {"request_id": 1, "send_ts_ns": 78, "complete_ns": 0, "start_ns": 0, "end_ns": 1, "sent_ns": 1}]))
+        rows = bench_if.answer_rows(iter([(10 * ms, answer(1, 77, 0, 1, 4000)), (11 * ms, answer(2, 77, 0, 1, 4000)),
+                                          (12 * ms, answer(3, 0, 0, 1, 4000))]),
+                                    {}, {1: 10 * ms - 4_200_000, 3: 13 * ms}, trace)   # 3: answered before it ended
+        self.assertEqual((rows[0]["engine_own_us"], rows[0]["if_wait_us"], rows[0]["if_answer_us"]),
+                         (4000.0, 40.0, 12.0))
+        self.assertEqual(rows[0]["after_last_wire_us"], 4200.0)
+        self.assertEqual([rows[1][k] for k in ("engine_own_us", "after_last_wire_us")], [None, None])
+        self.assertIsNone(rows[2]["after_last_wire_us"])
 
     def test_a_full_batch_ends_it_even_within_the_window(self):
         ms = 1_000_000
@@ -239,6 +269,21 @@ class Phases(unittest.TestCase):
         self.assertEqual(res["overhead_after_last_fragment_engine_idle_us"], {"p50": 1200.0, "p90": 1200.0,
                                                                                "p99": 1200.0, "n": 1})
         self.assertEqual(res["outside_if_us"]["p50"], 60.0)
+
+    def test_with_a_trace_the_overhead_subtracts_each_requests_own_engine_time(self):
+        def traced(req, busy, wire, own, wait, ans):
+            return dict(row(req, 1, 5000, req, busy), after_last_wire_us=wire, engine_own_us=own, if_wait_us=wait,
+                        if_answer_us=ans)
+        ok = [traced(1, 0.0, 4100.0, 4000.0, 30.0, 10.0), traced(2, 0.0, 6300.0, 6000.0, 50.0, 10.0),
+              traced(3, 900.0, 5000.0, 4000.0, 700.0, 20.0), row(4, 1, 5000, 4, 0.0)]   # 4: not traced
+        res = bench_if.phase_stats(CLIENT, ok, {1: 4.0}, {})
+        self.assertEqual(res["engine_own_us"]["n"], 3)
+        self.assertEqual(res["overhead_after_last_own_us"], {"p50": 300.0, "p90": 1000.0, "p99": 1000.0, "n": 3})
+        self.assertEqual(res["overhead_after_last_own_engine_idle_us"]["p50"], 100.0)
+        self.assertEqual(res["if_wait_us"]["p50"], 50.0)
+        self.assertEqual(res["outside_if_after_last_us"], {"p50": 240.0, "p90": 280.0, "p99": 280.0, "n": 3})
+        fn = next(fn for name, fn in bench_if.LATENCY_ROWS if name.startswith("**last fragment in"))
+        self.assertEqual(fn(res), "**300 / 1000**")
 
     def test_a_phase_without_captures_has_the_client_only(self):
         res = bench_if.phase_stats(dict(CLIENT, answer_span_s=0), [], {1: 4.0}, {})

@@ -137,7 +137,9 @@ memory() {
 # capture PHASE: two tcpdumps on CPU 0, headers only: the platform's
 # answers on the client's interface (answers-PHASE.pcap), and the first and
 # last fragment of every request as they reach the platform's interface
-# (frags-PHASE.pcap: the span in which a request's fragments arrive).
+# (frags-PHASE.pcap: the span in which a request's fragments arrive). The
+# platform's answers are not seen on its own interface: DPDK's af_packet
+# sends them past the kernel's taps (qdisc bypass).
 capture_start() {
   cap_pids=()
   ((have_tcpdump)) || return 0
@@ -211,7 +213,11 @@ memory_free_ifm=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
 # where kp-if has it, else by inheriting the EAL lcore's affinity.
 cores=()
 "$bin/kp-if" --help | grep -q -- '--cores' && cores=(--cores "$if_cpu")
-ip netns exec "$PLATFORM_NS" "$bin/kp-if" "${busy[@]}" "${cores[@]}" --model "$config" --control "$ctl" \
+# Every request's own engine time and its way through the IF, written when
+# kp-if stops (trace.jsonl; kp-if --trace, where it has it).
+trace=()
+"$bin/kp-if" --help | grep -q -- '--trace' && trace=(--trace "$out/trace.jsonl")
+ip netns exec "$PLATFORM_NS" "$bin/kp-if" "${busy[@]}" "${cores[@]}" "${trace[@]}" --model "$config" --control "$ctl" \
   --slo-ms "$slo_ms" --threads "$threads" --max-batch "$max_batch" --stats-json "$out/kp-if.json" -- \
   --lcores "1@$if_cpu" --proc-type secondary --file-prefix "$prefix" --no-pci --no-telemetry \
   --log-level lib.eal:error >/dev/null 2>"$out/kp-if.log" &

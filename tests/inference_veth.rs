@@ -5,7 +5,8 @@
 //! Closed loop with several requests outstanding: every request sent must
 //! come back answered exactly once, none unanswered, none duplicated, OK
 //! unless the kernel lost one of its datagrams (counted), and the IF must
-//! publish its telemetry on ZeroMQ.
+//! publish its telemetry on ZeroMQ and trace every request it inferred
+//! (`--trace`) with times in the order they happened.
 
 use std::process::Command;
 
@@ -30,6 +31,47 @@ fn threads_allowed_on(pid: u32, cpus: &str) -> Result<usize> {
         n += usize::from(allowed == Some(cpus));
     }
     Ok(n)
+}
+
+/// kp-if's `--trace`: one record per request it inferred (every OK answer
+/// here), each request once, its times in the order of its way through
+/// the IF, its batch's engine time above zero, and what the final report
+/// says of the file.
+fn check_trace(path: &std::path::Path, if_report: &Value, ok: u64) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let spans: Vec<Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()
+        .context("a trace line is not JSON")?;
+    ensure!(
+        spans.len() as u64 == ok,
+        "{} trace records for {ok} OK answers",
+        spans.len()
+    );
+    let mut ids = std::collections::BTreeSet::new();
+    for s in &spans {
+        let t = |k: &str| s[k].as_u64().with_context(|| format!("no {k}: {s}"));
+        ensure!(ids.insert(t("request_id")?), "traced twice: {s}");
+        ensure!(t("status")? == 0 && (1..=32).contains(&t("batch")?), "{s}");
+        let times = [
+            t("first_seen_ns")?,
+            t("complete_ns")?,
+            t("start_ns")?,
+            t("end_ns")?,
+            t("sent_ns")?,
+        ];
+        ensure!(
+            times.windows(2).all(|w| w[0] <= w[1]) && times[2] < times[3],
+            "times out of order: {s}"
+        );
+    }
+    let meta = &if_report["trace"];
+    ensure!(
+        meta["requests"] == ok && meta["dropped"] == 0 && meta["written"] == true,
+        "kp-if's report on its trace: {meta}"
+    );
+    Ok(())
 }
 
 #[test]
@@ -78,6 +120,8 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
             "1".into(),
             "--threads".into(),
             "2".into(),
+            "--trace".into(),
+            dir.path("trace.jsonl").display().to_string(),
         ],
         &eal(&prefix, "1@(0-1)", &["--proc-type", "secondary"]),
         "kp-if: ready",
@@ -177,6 +221,7 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
         snapshot["telemetry"]["latency_us"].is_object(),
         "telemetry: {snapshot}"
     );
+    check_trace(&dir.path("trace.jsonl"), &if_report, answers(&client, "ok"))?;
     ensure!(
         ifm_report["mempool"]["in_use_at_exit"] == 0,
         "if-manager: {ifm_report}"

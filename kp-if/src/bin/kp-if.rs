@@ -32,6 +32,7 @@ use libml::reassembly::{Reassembler, ReassemblerConfig};
 use libml::runtime::control::ControlClient;
 use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell};
 use libml::runtime::succession::answer_command;
+use libml::runtime::trace::RequestTrace;
 use libml::runtime::{serve, Answerer, RuntimeConfig, Succession};
 use serde_json::json;
 
@@ -119,6 +120,18 @@ struct Args {
     /// Also write the final report to this file.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Record every request the inference thread answers (when its first
+    /// and last fragment were dequeued, when its batch started and ended
+    /// on the engine, when its answer was sent) and write the records to
+    /// this file as JSON lines when the IF stops: the engine's own time for
+    /// each request, for telling it from the platform's
+    /// (`libml::runtime::trace`). Nothing is written while serving.
+    #[arg(long, value_name = "FILE")]
+    trace: Option<PathBuf>,
+    /// Requests `--trace` has room for (about 64 bytes each, committed as
+    /// they are recorded); later ones are counted, not recorded.
+    #[arg(long, default_value_t = 1_000_000, requires = "trace")]
+    trace_capacity: usize,
     /// Say when it serves (with `--standby`: when it is parked and can take
     /// over) on this inherited descriptor: one JSON
     /// `kp_schema::messages::Readiness` line, as the orchestrator expects.
@@ -132,6 +145,20 @@ struct Args {
     /// if-manager's `--file-prefix`, a distinct `--lcores ID@CPU`.
     #[arg(last = true)]
     eal: Vec<String>,
+}
+
+/// Writes `--trace`'s records; whether it could (a failure is said, and
+/// does not change how the IF exits: its answers are out).
+fn write_trace(path: &std::path::Path, trace: &RequestTrace) -> bool {
+    let written = std::fs::File::create(path).and_then(|f| {
+        let mut out = std::io::BufWriter::new(f);
+        trace.write_jsonl(&mut out)?;
+        std::io::Write::flush(&mut out)
+    });
+    if let Err(e) = &written {
+        eprintln!("kp-if: cannot write --trace {}: {e}", path.display());
+    }
+    written.is_ok()
 }
 
 /// Which thread turns an RGB image into the model's input (`--convert-on`).
@@ -683,6 +710,10 @@ fn serve_on(
         if_id: model.if_id.0,
         model: &model.name,
     };
+    let mut trace = args
+        .trace
+        .as_ref()
+        .map(|_| RequestTrace::new(args.trace_capacity));
     let mut report = std::thread::scope(|s| {
         if let Some(sock) = listener.as_mut().and_then(|(_, sock)| sock.take()) {
             let (mode, stop, ctl) = (&mode, stop, &ctl);
@@ -703,8 +734,17 @@ fn serve_on(
             publisher
                 .as_ref()
                 .map(|_| &publish as &(dyn Fn(&Publication) + Sync)),
+            trace.as_mut(),
         )
     });
+    if let (Some(path), Some(trace)) = (&args.trace, &trace) {
+        report["trace"] = json!({
+            "path": path,
+            "requests": trace.spans().len(),
+            "dropped": trace.dropped(),
+            "written": write_trace(path, trace),
+        });
+    }
     let yielded = report["succession"]["yielded"] == true;
     let never_active = report["succession"]["taken"].is_null();
     // The if_id stays live at the if-manager while a successor serves it.

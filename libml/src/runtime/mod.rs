@@ -21,6 +21,10 @@
 //!   (a request completed just after such a sleep began waited for its end:
 //!   up to the back-off's 500 µs cap plus the timer's slack).
 //!
+//! Asked to ([`trace`]), the inference thread also records each request it
+//! answers, timestamped from its first fragment to its answer, in a buffer
+//! allocated up front, for the caller to write out after the IF stopped.
+//!
 //! Neither thread takes a lock: each records its statistics in a telemetry
 //! cell of its own ([`crate::telemetry`]), the batching state goes to the
 //! publisher through a sequence lock ([`crate::seqlock`]), and both answer
@@ -47,6 +51,7 @@ mod answer;
 pub mod control;
 pub mod handover;
 pub mod succession;
+pub mod trace;
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -75,6 +80,7 @@ use crate::topk::top_k;
 use kp_wire::{
     parse_shed_notice, parse_udp_frame, udp_frame_at, Fragment, FragmentRepr, RequestKey, Status,
 };
+use trace::{RequestSpan, RequestTrace};
 
 /// Largest top-k an IF answers with (docs/PROTOCOL.md allows more; nobody needs
 /// more than this many classes per answer, and it bounds the stack buffer).
@@ -143,6 +149,8 @@ struct Ready<'p> {
     buf: SlotBuf<'p>,
     reply: ReplyTo,
     first_seen_ns: u64,
+    /// When its last fragment was dequeued (for the request trace).
+    complete_ns: u64,
 }
 
 /// A slot's buffer on its way back to the fragment thread.
@@ -205,6 +213,8 @@ struct DriverCounters {
 
 /// Runs the IF until `stop` is set (or it is idle, with `exit_when_idle`),
 /// then finishes every complete request and returns the final report.
+/// With a `trace`, the inference thread records each request it answers
+/// there ([`trace`]).
 #[allow(clippy::too_many_arguments)]
 pub fn serve(
     cfg: &RuntimeConfig,
@@ -218,6 +228,7 @@ pub fn serve(
     engine: &mut dyn Framework,
     stop: &AtomicBool,
     publish: Option<Publish<'_>>,
+    trace: Option<&mut RequestTrace>,
 ) -> Value {
     let clock = Instant::now();
     let now_ns = || clock.elapsed().as_nanos() as u64;
@@ -302,6 +313,7 @@ pub fn serve(
                 &admission,
                 succession.mode,
                 publish,
+                trace,
             )
         });
         fragment_loop(
@@ -602,6 +614,7 @@ fn fragment_loop<'p>(
                             buf,
                             reply,
                             first_seen_ns: done.first_seen_ns,
+                            complete_ns: now,
                         };
                         // Cannot be full: it holds at most one entry per slot.
                         let _ = ready.push(r);
@@ -840,6 +853,7 @@ fn inference_loop<'p>(
     admission: &AtomicUsize,
     mode: &ModeCell,
     publish: Option<Publish<'_>>,
+    mut trace: Option<&mut RequestTrace>,
 ) -> DriverCounters {
     let mut counters = DriverCounters::default();
     let counters = &mut counters;
@@ -891,6 +905,12 @@ fn inference_loop<'p>(
                 telemetry.on_answer(Status::Overloaded, u64::from(latency), now);
             }
             counters.send_failed += answers.send() as u64;
+            if let Some(t) = trace.as_deref_mut() {
+                let sent = now_ns();
+                for r in queue.iter().take(shed) {
+                    t.record(span_of(r, Status::Overloaded, 0, now, now, sent));
+                }
+            }
             // Answered (on the TX ring): out of the ledger, slots back.
             for r in queue.drain(..shed) {
                 finish(ledger, returned, r);
@@ -989,6 +1009,17 @@ fn inference_loop<'p>(
         }
         // One bulk allocation (above) and one burst on the TX ring.
         counters.send_failed += answers.send() as u64;
+        if let Some(t) = trace.as_deref_mut() {
+            let sent = now_ns();
+            let status = if result.is_ok() {
+                Status::Ok
+            } else {
+                Status::Internal
+            };
+            for r in &batch {
+                t.record(span_of(r, status, n as u16, started, finished, sent));
+            }
+        }
         for r in batch.drain(..) {
             finish(ledger, returned, r);
         }
@@ -1040,6 +1071,23 @@ fn idle_until_rung(backoff: &mut IdleBackoff, bell: Doorbell<'_>, rung: u64, lon
         IdleAction::Poll => {}
         IdleAction::Pause => std::hint::spin_loop(),
         IdleAction::Sleep(_) => bell.doze(rung, longest),
+    }
+}
+
+/// A request's trace record, answered with `status` after its batch of `n`
+/// ran from `start` to `end` and its answer was sent at `sent`.
+fn span_of(r: &Ready<'_>, status: Status, n: u16, start: u64, end: u64, sent: u64) -> RequestSpan {
+    RequestSpan {
+        request_id: r.reply.request_id,
+        send_ts_ns: r.reply.send_ts_ns,
+        src_port: r.reply.addr.src_port,
+        status: RequestSpan::status_value(status),
+        batch: n,
+        first_seen_ns: r.first_seen_ns,
+        complete_ns: r.complete_ns,
+        start_ns: start,
+        end_ns: end,
+        sent_ns: sent,
     }
 }
 
