@@ -17,6 +17,11 @@
 //!    keeping what the NIC refused for a bounded number of retries before
 //!    freeing it (counted) — never leaking an mbuf.
 //!
+//! Idle, it backs off (`libml::backoff`); where the back-off says sleep, it
+//! dozes on the TX ring's doorbell (`TxBell`) for that long instead, so an
+//! answer an IF enqueues leaves at once while received packets wait for
+//! the end of the doze at most, as they did for the sleep.
+//!
 //! The clock is read every [`CLOCK_EVERY`] iterations (and after every
 //! sleep), not per packet; route updates and the stop flag are checked at
 //! the same ticks, and the port's counters are read and published for the
@@ -41,6 +46,7 @@ use crate::routes::{RouteChange, RouteTable};
 use crate::shed::{shed_headroom, wakes_the_if, Shedder, Staged};
 use kp_wire::answered::{Answer, AnsweredTable};
 use libml::backoff::{IdleAction, IdleBackoff};
+use libml::runtime::handover::TxBell;
 
 /// Frames per RX burst (DPDK's customary 32: enough to amortise the PMD
 /// call, small enough to stay in L1).
@@ -60,6 +66,9 @@ pub struct DataPlane<'a> {
     pub port: &'a Port,
     /// The shared ring IFs put their response frames on.
     pub tx_ring: &'a Ring,
+    /// Its doorbell, which IFs ring when they enqueue: where the back-off
+    /// says sleep, the loop dozes on it instead, so answers leave at once.
+    pub tx_bell: &'a TxBell,
     /// Routing table (owned by this loop).
     pub routes: RouteTable<Ring>,
     /// Which datagrams are ours.
@@ -166,7 +175,10 @@ impl DataPlane<'_> {
                 self.handle_burst(&mut rx, &mut staged, &mut staged_info, &mut tx, now_ns);
             }
 
-            // Responses from IFs, then everything pending, to the NIC.
+            // Responses from IFs, then everything pending, to the NIC. The
+            // bell's count is read first: an answer enqueued after the
+            // dequeue ends the doze below at once.
+            let rung = self.tx_bell.doorbell().seen();
             let from_ifs = self.tx_ring.dequeue_burst(&mut tx);
             bump(&self.counters.tx_from_ifs, from_ifs as u64);
             let mut sent = 0;
@@ -190,7 +202,7 @@ impl DataPlane<'_> {
             match self.backoff.after_poll(did_work) {
                 IdleAction::Poll => {}
                 IdleAction::Pause => std::hint::spin_loop(),
-                IdleAction::Sleep(d) => std::thread::sleep(d),
+                IdleAction::Sleep(d) => self.tx_bell.doorbell().doze(rung, d),
             }
         }
     }

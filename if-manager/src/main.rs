@@ -33,6 +33,7 @@ use if_manager::shed::Shedder;
 use kp_schema::messages::{Readiness, ReadyRole};
 use kp_wire::answered::AnsweredTable;
 use libml::backoff::IdleBackoff;
+use libml::runtime::handover::TxBell;
 
 /// Per-lcore mempool cache: DPDK's recommended size for bursts of 32.
 const MBUF_CACHE: u32 = 256;
@@ -137,6 +138,7 @@ fn serve(
         },
     )
     .context("creating the TX ring")?;
+    let tx_bell = TxBell::create(socket).context("creating the TX ring's doorbell")?;
 
     let (updates_tx, updates_rx) = channel();
     let gate = Arc::new(Gate::new(args.await_ifs));
@@ -179,6 +181,7 @@ fn serve(
     let mut dp = DataPlane {
         port: &port,
         tx_ring: &tx_ring,
+        tx_bell: &tx_bell,
         routes: RouteTable::new(updates_rx),
         filter: DstFilter {
             port: args.port,

@@ -27,6 +27,11 @@
 //! of times per request for fragments that complete nothing (~3 µs of CPU
 //! per fragment against ~0.8 µs with the doorbell: docs/PERFORMANCE.md).
 //!
+//! The if-manager's sleeps are dozes on the TX ring's doorbell
+//! (`runtime::handover::TxBell`) for the same time: an IF's answers end
+//! them, so an answer does not wait for the sleep (up to the 500 µs cap)
+//! to end; received packets still do.
+//!
 //! Sans-IO: it returns what to do; the driver does it.
 
 use std::time::Duration;

@@ -10,6 +10,9 @@ use kp_wire::IfId;
 pub const MEMPOOL: &str = "kp_mbufs";
 /// The multi-producer ring IFs enqueue finished response frames on.
 pub const TX_RING: &str = "kp_tx";
+/// The memzone of the TX ring's doorbell: IFs ring it when they enqueue
+/// answers, and an idle if-manager dozes on it instead of sleeping.
+pub const TX_BELL: &str = "kp_tx_bell";
 
 /// The ring that carries fragments to inference function `if_id`.
 pub fn if_ring(if_id: IfId) -> String {

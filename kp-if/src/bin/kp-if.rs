@@ -30,7 +30,7 @@ use libml::names;
 use libml::pool::{InputLayout, InputPool};
 use libml::reassembly::{Reassembler, ReassemblerConfig};
 use libml::runtime::control::ControlClient;
-use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell};
+use libml::runtime::handover::{IfControl, Ledger, Mode, ModeCell, TxBell};
 use libml::runtime::succession::answer_command;
 use libml::runtime::trace::RequestTrace;
 use libml::runtime::{serve, Answerer, RuntimeConfig, Succession};
@@ -517,6 +517,17 @@ fn attach_and_serve(
     let mbufs = Mempool::lookup(names::MEMPOOL).context("looking up the if-manager's mbuf pool")?;
     let tx = Ring::lookup(names::TX_RING).context("looking up the TX ring")?;
     let answerer = Answerer::new(mbufs, tx)?;
+    // An if-manager dozing in its idle back-off wakes when answers are
+    // enqueued; without the bell they would wait for its sleep to end.
+    let answerer = match TxBell::lookup() {
+        Ok(bell) => answerer.with_bell(bell),
+        Err(e) => {
+            eprintln!(
+                "kp-if: warning: no TX doorbell ({e}): answers wait for the if-manager's next poll"
+            );
+            answerer
+        }
+    };
 
     let mut pool = InputPool::in_memzone(
         &names::input_pool(model.if_id, std::process::id()),

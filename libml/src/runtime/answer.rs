@@ -10,8 +10,12 @@
 //! A batch's answers go out together ([`Answerer::burst`]): their mbufs
 //! are allocated in one bulk call and enqueued in one burst, so a batch of
 //! eight costs one pool operation and one ring operation, not eight of each.
+//! Each enqueue rings the TX ring's doorbell ([`TxBell`]), which wakes an
+//! if-manager dozing in its idle back-off.
 
 use dpdk::{Mbuf, MbufBurst, Mempool, Ring, RingProducer};
+
+use super::handover::TxBell;
 
 use kp_wire::{
     emit_udp_headers, FrameAddr, IfId, MsgType, RequestKey, ResponseRepr, Status, MAX_RESULTS,
@@ -67,6 +71,7 @@ pub struct SingleProducerRing(String);
 pub struct Answerer {
     pool: Mempool,
     tx: RingProducer,
+    bell: Option<TxBell>,
 }
 
 impl Answerer {
@@ -75,7 +80,26 @@ impl Answerer {
         let tx = tx
             .into_producer()
             .map_err(|r| SingleProducerRing(r.name().to_string()))?;
-        Ok(Answerer { pool, tx })
+        Ok(Answerer {
+            pool,
+            tx,
+            bell: None,
+        })
+    }
+
+    /// Rings the TX ring's doorbell ([`TxBell`]) after every enqueue, so
+    /// that a dozing if-manager sends the answers at once.
+    pub fn with_bell(mut self, bell: TxBell) -> Self {
+        self.bell = Some(bell);
+        self
+    }
+
+    /// Wakes the if-manager if it dozes (one atomic add when it does not).
+    #[inline]
+    fn ring(&self) {
+        if let Some(bell) = &self.bell {
+            bell.doorbell().ring();
+        }
     }
 
     /// Collects up to `n` answers (a batch's) to send together: their mbufs
@@ -103,7 +127,9 @@ impl Answerer {
     fn send(&self, to: &ReplyTo, repr: &ResponseRepr<'_>) -> Result<(), SendError> {
         let mut mbuf = self.pool.alloc().ok_or(SendError::NoMbuf)?;
         build(&mut mbuf, to, repr)?;
-        self.tx.enqueue(mbuf).map_err(|_| SendError::RingFull)
+        self.tx.enqueue(mbuf).map_err(|_| SendError::RingFull)?;
+        self.ring();
+        Ok(())
     }
 }
 
@@ -183,7 +209,13 @@ impl AnswerBurst<'_> {
 
     fn flush(&mut self) {
         let n = self.built.len();
+        if n == 0 {
+            return;
+        }
         let sent = self.answerer.tx.enqueue_burst(&mut self.built);
+        if sent > 0 {
+            self.answerer.ring();
+        }
         if sent < n {
             self.ring_full += n - sent;
             self.built.clear(); // freed in one bulk call

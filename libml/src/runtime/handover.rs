@@ -158,6 +158,60 @@ impl<'a> Doorbell<'a> {
     }
 }
 
+/// The TX ring's doorbell, in a memzone of its own ([`names::TX_BELL`]):
+/// the IFs ring it when they put answers on the TX ring, and the
+/// if-manager, where its idle back-off would sleep by the clock (up to
+/// `libml::backoff::MAX_SLEEP`), dozes on it for that long instead. An
+/// answer then leaves as soon as it is enqueued rather than when the
+/// if-manager's sleep ends: after a batch of several milliseconds the
+/// if-manager is nearly always asleep, and an answer waited a quarter of a
+/// millisecond on average for it (docs/PERFORMANCE.md). Received packets
+/// still wait for the end of the doze: a poll-mode port has no doorbell.
+#[derive(Debug)]
+pub struct TxBell {
+    zone: Memzone,
+}
+
+/// Size of the TX bell's zone: its two words, a cache line.
+const TX_BELL_BYTES: usize = 64;
+
+impl TxBell {
+    /// Creates the bell (the if-manager, with the TX ring; freed with this
+    /// handle).
+    pub fn create(socket: SocketId) -> Result<TxBell, DpdkError> {
+        let zone = Memzone::reserve(
+            names::TX_BELL,
+            TX_BELL_BYTES,
+            socket,
+            MemzoneFlags::NONE,
+            64,
+        )?;
+        for word in zone.as_atomic_u64s() {
+            word.store(0, Ordering::Relaxed);
+        }
+        Ok(TxBell { zone })
+    }
+
+    /// Finds the if-manager's bell.
+    pub fn lookup() -> Result<TxBell, DpdkError> {
+        let zone = Memzone::lookup(names::TX_BELL)?;
+        if zone.len() < TX_BELL_BYTES {
+            return Err(DpdkError::NotFound {
+                op: "TxBell::lookup (too small)",
+                name: names::TX_BELL.into(),
+            });
+        }
+        Ok(TxBell { zone })
+    }
+
+    /// The doorbell over the zone's first two words.
+    #[inline]
+    pub fn doorbell(&self) -> Doorbell<'_> {
+        let words = self.zone.as_atomic_u64s();
+        Doorbell::new(&words[0], &words[1])
+    }
+}
+
 /// What a yielding IF left for its successor.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Handover {
