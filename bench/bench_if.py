@@ -257,7 +257,7 @@ def trace_records(lines: Iterator[dict]) -> dict:
 
 
 def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict, last: Optional[dict] = None,
-                trace: Optional[dict] = None) -> list[dict]:
+                trace: Optional[dict] = None, origin_ns: Optional[int] = None) -> list[dict]:
     """Every answer, in capture order: status, batch_size, latency_us, the
     wire RTT (capture time - the send_ts_ns the client stamped just before
     its first fragment, both CLOCK_REALTIME on this machine), its
@@ -266,7 +266,10 @@ def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict, last: Optiona
     client's (LAST: request_id -> capture ns), its batch's own engine time
     (kp-if's trace), and the IF's two hand-overs around it: from the
     request's completion to its batch's start, and from the batch's end to
-    its answer on the TX ring."""
+    its answer on the TX ring; with ORIGIN_NS (the trace's time 0 on the
+    realtime clock, kp-if's clock_realtime_ns), also the way in (last
+    fragment at the interface -> request complete in the IF) and out
+    (answer on the TX ring -> at the client's interface)."""
     last, trace = last or {}, trace or {}
     rows = []
     for t_ns, p in answers:
@@ -281,7 +284,11 @@ def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict, last: Optiona
                      if req in last and t_ns >= last[req] else None,
                      "engine_own_us": None if rec is None else (rec["end_ns"] - rec["start_ns"]) / 1000,
                      "if_wait_us": None if rec is None else (rec["start_ns"] - rec["complete_ns"]) / 1000,
-                     "if_answer_us": None if rec is None else (rec["sent_ns"] - rec["end_ns"]) / 1000})
+                     "if_answer_us": None if rec is None else (rec["sent_ns"] - rec["end_ns"]) / 1000,
+                     "in_path_us": None if rec is None or origin_ns is None or req not in last
+                     else (origin_ns + rec["complete_ns"] - last[req]) / 1000,
+                     "out_path_us": None if rec is None or origin_ns is None
+                     else (t_ns - origin_ns - rec["sent_ns"]) / 1000})
     rows.sort(key=lambda r: r["t_ns"])
     return rows
 
@@ -307,7 +314,8 @@ def mark_engine_busy(rows: list[dict]) -> list[dict]:
 
 
 ANSWER_COLUMNS = ["request_id", "status", "batch_size", "latency_us", "rtt_wire_us", "t_ns", "frag_span_us",
-                  "after_last_wire_us", "engine_own_us", "if_wait_us", "if_answer_us", "engine_busy_at_arrival_us"]
+                  "after_last_wire_us", "engine_own_us", "if_wait_us", "if_answer_us", "in_path_us", "out_path_us",
+                  "engine_busy_at_arrival_us"]
 
 
 # --- analysis: CPU use and per-phase statistics -------------------------------
@@ -416,6 +424,9 @@ def phase_stats(client: dict, ok: list[dict], ref_ms: dict, cpu: dict) -> dict:
             "outside_if_after_last_us": q3([
                 r["after_last_wire_us"] - r["if_wait_us"] - r["engine_own_us"] - r["if_answer_us"] for r in traced]),
         })
+        if all(r.get("in_path_us") is not None and r.get("out_path_us") is not None for r in traced):
+            res["in_path_us"] = q3([r["in_path_us"] for r in traced])
+            res["out_path_us"] = q3([r["out_path_us"] for r in traced])
     return res
 
 
@@ -536,6 +547,10 @@ LATENCY_ROWS = [
     ("of which in the IF: batch ends → answer on the TX ring, p50 / p99 µs", lambda p: p50_p99_us(p.get("if_answer_us"))),
     ("of which outside the IF (if-manager, af_packet, veth; both ways) p50 / p99 µs",
      lambda p: p50_p99_us(p.get("outside_if_after_last_us"))),
+    ("way in: last fragment at the interface → request complete in the IF, p50 / p99 µs",
+     lambda p: p50_p99_us(p.get("in_path_us"))),
+    ("way out: answer on the TX ring → at the client's interface, p50 / p99 µs",
+     lambda p: p50_p99_us(p.get("out_path_us"))),
     ("batch sizes (requests per size)", lambda p: str(p.get("batch_mix_requests", "-"))),
     ("statuses / unanswered", lambda p: f"{p['statuses']} / {p['unanswered']}"),
     ("CPU0 / CPU1 busy %", lambda p: f"{p['cpu']['cpu0']['busy']} / {p['cpu']['cpu1']['busy']}"),
@@ -609,7 +624,8 @@ def captured_answers(out: str, phase: str) -> list[dict]:
     trace = f"{out}/trace.jsonl"
     rows = answer_rows(captured_payloads(f"{out}/answers-{phase}.pcap"), fragment_spans(iter(platform)),
                        last_fragments(iter(platform)),
-                       trace_records(read_json_lines(trace)) if os.path.exists(trace) else None)
+                       trace_records(read_json_lines(trace)) if os.path.exists(trace) else None,
+                       read_json(f"{out}/kp-if.json").get("clock_realtime_ns"))
     ok = mark_engine_busy(rows)
     with open(f"{out}/answers-{phase}.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=ANSWER_COLUMNS)

@@ -131,7 +131,7 @@ class Captures(unittest.TestCase):
         self.assertEqual(rows[0], {"request_id": 1, "status": 0, "batch_size": 2, "latency_us": 5000,
                                    "rtt_wire_us": 5100.0, "t_ns": 10 * ms, "frag_span_us": 120.5,
                                    "after_last_wire_us": None, "engine_own_us": None, "if_wait_us": None,
-                                   "if_answer_us": None})
+                                   "if_answer_us": None, "in_path_us": None, "out_path_us": None})
         ok = bench_if.mark_engine_busy(rows)
         self.assertEqual([r["request_id"] for r in ok], [1, 2, 3, 4])
         self.assertEqual([r["engine_busy_at_arrival_us"] for r in ok], [None, None, 1000.0, 0])
@@ -158,10 +158,13 @@ class Captures(unittest.TestCase):
             {"request_id": 1, "send_ts_ns": 78, "complete_ns": 0, "start_ns": 0, "end_ns": 1, "sent_ns": 1}]))
         rows = bench_if.answer_rows(iter([(10 * ms, answer(1, 77, 0, 1, 4000)), (11 * ms, answer(2, 77, 0, 1, 4000)),
                                           (12 * ms, answer(3, 0, 0, 1, 4000))]),
-                                    {}, {1: 10 * ms - 4_200_000, 3: 13 * ms}, trace)   # 3: answered before it ended
+                                    {}, {1: 10 * ms - 4_200_000, 3: 13 * ms}, trace,   # 3: answered before it ended
+                                    origin_ns=900_000)
         self.assertEqual((rows[0]["engine_own_us"], rows[0]["if_wait_us"], rows[0]["if_answer_us"]),
                          (4000.0, 40.0, 12.0))
         self.assertEqual(rows[0]["after_last_wire_us"], 4200.0)
+        # Last fragment at 5.8 ms, complete at 0.9 + 5 ms; sent at 0.9 + 9.052 ms, captured at 10 ms.
+        self.assertEqual((rows[0]["in_path_us"], rows[0]["out_path_us"]), (100.0, 48.0))
         self.assertEqual([rows[1][k] for k in ("engine_own_us", "after_last_wire_us")], [None, None])
         self.assertIsNone(rows[2]["after_last_wire_us"])
 

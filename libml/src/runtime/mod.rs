@@ -231,6 +231,11 @@ pub fn serve(
     trace: Option<&mut RequestTrace>,
 ) -> Value {
     let clock = Instant::now();
+    // The same instant on the realtime clock: puts the report's and the
+    // trace's times (ns since `clock`) on the clock packet captures use.
+    let clock_realtime_ns = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
     let now_ns = || clock.elapsed().as_nanos() as u64;
     let capacity = pool.capacity();
     // One cell per recording thread: 0 the fragment thread, 1 inference.
@@ -256,6 +261,18 @@ pub fn serve(
     let mut rx = DriverCounters::default();
     let mut inf = DriverCounters::default();
     let mut stats = SuccessionStats::default();
+    // Where the two threads may share a core (the inference thread's CPUs
+    // overlap this one's; it inherits them when not pinned), the fragment
+    // thread yields after handing over complete requests: a woken thread
+    // need not preempt its waker, and the inference thread then waits for
+    // the fragment thread's next polls (13 µs p50 from a request's
+    // completion to its batch's start at one request in flight, 5–7 µs
+    // with the yield: docs/PERFORMANCE.md). With nothing else runnable
+    // there a yield returns at once.
+    let yield_on_handover = match (kp_os::affinity::current_thread_cpus(), &cfg.inference_cpus) {
+        (Ok(mine), Some(theirs)) => mine.iter().any(|c| theirs.contains(c)),
+        _ => true,
+    };
 
     std::thread::scope(|s| {
         if let Some(publish) = publish {
@@ -333,6 +350,7 @@ pub fn serve(
             &mut rx,
             &mut stats,
             &admission,
+            yield_on_handover,
         );
         fragments_done.store(true, Ordering::Release);
         ready_bell.ring();
@@ -351,6 +369,7 @@ pub fn serve(
     let now = now_ns();
     let c = reassembler.counters();
     json!({
+        "clock_realtime_ns": clock_realtime_ns,
         "telemetry": telemetry.to_json(now),
         "reassembly": {
             "fragments": rx.fragments,
@@ -413,6 +432,7 @@ fn fragment_loop<'p>(
     counters: &mut DriverCounters,
     stats: &mut SuccessionStats,
     admission: &AtomicUsize,
+    yield_on_handover: bool,
 ) {
     let me = std::process::id();
     let ledger = succession.ledger;
@@ -614,7 +634,10 @@ fn fragment_loop<'p>(
                             buf,
                             reply,
                             first_seen_ns: done.first_seen_ns,
-                            complete_ns: now,
+                            // Now, not the loop's `now`: that is read once
+                            // per tick (`TICK_EVERY` polls), up to ~0.1 ms
+                            // ago while a request's fragments stream in.
+                            complete_ns: now_ns(),
                         };
                         // Cannot be full: it holds at most one entry per slot.
                         let _ = ready.push(r);
@@ -642,6 +665,11 @@ fn fragment_loop<'p>(
         }
         if completed {
             ready_bell.ring();
+            if yield_on_handover {
+                // The woken inference thread is scheduled now rather than
+                // after this thread's next polls (see `serve`).
+                std::thread::yield_now();
+            }
         }
         if to_forward == 0 {
             // Every frame's bytes are in their slots: one bulk free.

@@ -21,9 +21,10 @@
 //! never on the data path.
 //!
 //! Times are nanoseconds of the IF's monotonic clock since it began to
-//! serve; a record joins with a client's or a capture's view of the same
-//! request by `(request_id, send_ts_ns)` (the client's send timestamp,
-//! echoed in the answer), and only durations are compared across clocks.
+//! serve; the final report's `clock_realtime_ns` is that origin on the
+//! realtime clock, which packet captures use. A record joins with a
+//! client's or a capture's view of the same request by `(request_id,
+//! send_ts_ns)` (the client's send timestamp, echoed in the answer).
 
 use std::io::{self, Write};
 
