@@ -175,21 +175,22 @@ pub struct TxBell {
 /// Size of the TX bell's zone: its two words, a cache line.
 const TX_BELL_BYTES: usize = 64;
 
+/// A new memzone of `bytes`, cache-line aligned, every word 0.
+fn reserve_zeroed(name: &str, bytes: usize, socket: SocketId) -> Result<Memzone, DpdkError> {
+    let zone = Memzone::reserve(name, bytes, socket, MemzoneFlags::NONE, 64)?;
+    for word in zone.as_atomic_u64s() {
+        word.store(0, Ordering::Relaxed);
+    }
+    Ok(zone)
+}
+
 impl TxBell {
     /// Creates the bell (the if-manager, with the TX ring; freed with this
     /// handle).
     pub fn create(socket: SocketId) -> Result<TxBell, DpdkError> {
-        let zone = Memzone::reserve(
-            names::TX_BELL,
-            TX_BELL_BYTES,
-            socket,
-            MemzoneFlags::NONE,
-            64,
-        )?;
-        for word in zone.as_atomic_u64s() {
-            word.store(0, Ordering::Relaxed);
-        }
-        Ok(TxBell { zone })
+        Ok(TxBell {
+            zone: reserve_zeroed(names::TX_BELL, TX_BELL_BYTES, socket)?,
+        })
     }
 
     /// Finds the if-manager's bell.
@@ -475,17 +476,10 @@ pub struct Ledger {
 impl Ledger {
     /// Creates this process's ledger for `slots` pool slots, all empty.
     pub fn create(slots: usize, socket: SocketId) -> Result<Ledger, DpdkError> {
-        let zone = Memzone::reserve(
-            &names::ledger(std::process::id()),
-            slots.max(1) * ENTRY * 8,
-            socket,
-            MemzoneFlags::NONE,
-            64,
-        )?;
-        for word in zone.as_atomic_u64s() {
-            word.store(0, Ordering::Relaxed);
-        }
-        Ok(Ledger { zone })
+        let name = names::ledger(std::process::id());
+        Ok(Ledger {
+            zone: reserve_zeroed(&name, slots.max(1) * ENTRY * 8, socket)?,
+        })
     }
 
     /// Finds the ledger of (dead) process `pid`.
