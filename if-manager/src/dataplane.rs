@@ -175,10 +175,7 @@ impl DataPlane<'_> {
                 self.handle_burst(&mut rx, &mut staged, &mut staged_info, &mut tx, now_ns);
             }
 
-            // Responses from IFs, then everything pending, to the NIC. The
-            // bell's count is read first: an answer enqueued after the
-            // dequeue ends the doze below at once.
-            let rung = self.tx_bell.doorbell().seen();
+            // Responses from IFs, then everything pending, to the NIC.
             let from_ifs = self.tx_ring.dequeue_burst(&mut tx);
             bump(&self.counters.tx_from_ifs, from_ifs as u64);
             let mut sent = 0;
@@ -202,7 +199,16 @@ impl DataPlane<'_> {
             match self.backoff.after_poll(did_work) {
                 IdleAction::Poll => {}
                 IdleAction::Pause => std::hint::spin_loop(),
-                IdleAction::Sleep(d) => self.tx_bell.doorbell().doze(rung, d),
+                IdleAction::Sleep(d) => {
+                    // The bell's count first, then the ring: an answer
+                    // enqueued before is sent at the next poll, one after
+                    // rings past `rung` and ends the doze at once.
+                    let bell = self.tx_bell.doorbell();
+                    let rung = bell.seen();
+                    if self.tx_ring.count() == 0 {
+                        bell.doze(rung, d);
+                    }
+                }
             }
         }
     }
