@@ -221,33 +221,37 @@ def udp_payloads(data: bytes) -> Iterator[tuple[int, bytes]]:
 FRAGMENT_TYPE = 1  # docs/PROTOCOL.md: 1 request fragment, 2 response, 3 error
 
 
-def fragment_spans(fragments: Iterator[tuple[int, bytes]]) -> dict:
-    """request_id -> µs from its first to its last fragment at the
-    platform's interface (the reassembly span the client's sending
-    imposes), for requests with both captured. Answers in the same
-    capture are skipped."""
+def fragment_ends(fragments: Iterator[tuple[int, bytes]]) -> tuple[dict, dict]:
+    """request_id -> capture time (ns) of its first and of its last
+    fragment at the platform's interface; answers in the same capture
+    are skipped."""
     first, last = {}, {}
     for t, p in fragments:
-        if p[5] != FRAGMENT_TYPE:
+        if len(p) < 24 or p[5] != FRAGMENT_TYPE:
             continue
-        _, _, _, _, req, _, idx, cnt = struct.unpack(">IBBHQIHH", p[:24])
+        req, _, idx, cnt = struct.unpack(">QIHH", p[8:24])
         if idx == 0:
             first[req] = t
         if idx + 1 == cnt:
             last[req] = t
+    return first, last
+
+
+def fragment_spans(fragments: Iterator[tuple[int, bytes]]) -> dict:
+    """request_id -> µs from its first to its last fragment at the
+    platform's interface (the reassembly span the client's sending
+    imposes), for requests with both captured."""
+    return spans_of(*fragment_ends(fragments))
+
+
+def spans_of(first: dict, last: dict) -> dict:
     return {r: (last[r] - first[r]) / 1000 for r in first if r in last and last[r] >= first[r]}
 
 
 def last_fragments(fragments: Iterator[tuple[int, bytes]]) -> dict:
     """request_id -> capture time (ns) of its last fragment at the
     platform's interface."""
-    last = {}
-    for t, p in fragments:
-        if len(p) >= 24 and p[5] == FRAGMENT_TYPE:
-            req, _, idx, cnt = struct.unpack(">QIHH", p[8:24])
-            if idx + 1 == cnt:
-                last[req] = t
-    return last
+    return fragment_ends(fragments)[1]
 
 
 def trace_records(lines: Iterator[dict]) -> dict:
@@ -620,10 +624,9 @@ def write_csv(path: str, rows: list[list]) -> None:
 
 def captured_answers(out: str, phase: str) -> list[dict]:
     """PHASE's OK answers from its captures; every answer to answers-PHASE.csv."""
-    platform = list(captured_payloads(f"{out}/frags-{phase}.pcap"))
+    first, last = fragment_ends(captured_payloads(f"{out}/frags-{phase}.pcap"))
     trace = f"{out}/trace.jsonl"
-    rows = answer_rows(captured_payloads(f"{out}/answers-{phase}.pcap"), fragment_spans(iter(platform)),
-                       last_fragments(iter(platform)),
+    rows = answer_rows(captured_payloads(f"{out}/answers-{phase}.pcap"), spans_of(first, last), last,
                        trace_records(read_json_lines(trace)) if os.path.exists(trace) else None,
                        read_json(f"{out}/kp-if.json").get("clock_realtime_ns"))
     ok = mark_engine_busy(rows)
