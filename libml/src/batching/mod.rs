@@ -89,9 +89,16 @@
 //! having waited `w`, the policy dispatches `min(q, limit)` capped to the
 //! largest `n` with `w + cost(n) ≤ budget`. It *waits* instead only when
 //! `q < limit`, the fit is known, `q` requests per batch would not keep up
-//! with the arrival rate, and only until the later batch would still finish
-//! within the oldest request's budget: `until ≤ oldest + budget −
-//! cost(limit)`. It never waits without a cost estimate.
+//! with the arrival rate while a batch of `limit` has the higher throughput
+//! (where no bigger batch beats `q` per request, waiting cannot help), and
+//! only until the later batch would still finish within the oldest
+//! request's budget: `until ≤ oldest + budget − cost(limit)`, and no later
+//! than the moment the arrival rate said the batch would be full *when the
+//! oldest request was first held back*. A wait is granted once per head of
+//! the queue: if the arrivals it counted on did not come, the rate was
+//! stale (a load that just fell) and the batch runs; later arrivals may
+//! shorten the wait, never extend it. It never waits without a cost
+//! estimate.
 //!
 //! **Tail factor.** The costs above are averages, and a batch can run
 //! slower than its average: on a shared core the engine's thread is
@@ -234,10 +241,15 @@ pub struct BatchConfig {
     /// Weight of the newest batch in the latency averages exported as
     /// telemetry. Default 0.2: about the last five batches.
     pub latency_ewma: f64,
-    /// Time constant of the arrival-rate estimate. Default 10 × the SLO:
-    /// long enough to count a few hundred requests at the rates where
-    /// batching matters, short enough to follow a load change within a few
-    /// SLOs' worth of batches.
+    /// Time constant of the arrival-rate estimate. Default 10 × the SLO,
+    /// at most [`BatchConfig::RATE_WINDOW_MAX_NS`]: long enough to count a
+    /// few hundred requests at the rates where batching matters, short
+    /// enough to follow a load change within a few SLOs' worth of batches.
+    /// The cap is for generous SLOs: with 2 s, ten SLOs kept the memory of
+    /// a spell of saturation for 20 s after the load fell to a tenth, and
+    /// the policy held requests back, with the engine idle, to fill the
+    /// batches that rate called for (issue 13; the simulation
+    /// `does_not_wait_for_a_batch_after_the_load_drops`).
     pub rate_window_ns: u64,
     /// A batch whose throughput is within this fraction of the best feasible
     /// one is good enough, and smaller is preferred (lower latency). Default
@@ -263,6 +275,11 @@ impl BatchConfig {
     /// Default for [`BatchConfig::report_after`].
     pub const DEFAULT_REPORT_AFTER: u32 = 5;
 
+    /// Longest default [`BatchConfig::rate_window_ns`]: 1 s, which counts
+    /// a few hundred requests wherever batching pays (an engine whose batch
+    /// of 1 takes under ~5 ms).
+    pub const RATE_WINDOW_MAX_NS: u64 = 1_000_000_000;
+
     /// A configuration for `slo_ns` with every other field at its default.
     pub fn new(slo_ns: u64) -> Self {
         BatchConfig {
@@ -271,7 +288,7 @@ impl BatchConfig {
             margin: 0.1,
             fit_decay: 0.9,
             latency_ewma: 0.2,
-            rate_window_ns: slo_ns.saturating_mul(10),
+            rate_window_ns: slo_ns.saturating_mul(10).min(Self::RATE_WINDOW_MAX_NS),
             throughput_tolerance: 0.05,
             load_headroom: 1.25,
             over_fraction: 0.5,
@@ -559,6 +576,9 @@ pub struct BatchPolicy {
     samples_in_regime: u64,
     target: usize,
     explore: Option<usize>,
+    /// The head of the queue the policy last held back, by its arrival
+    /// time, and until when: a head is held back once (module doc).
+    waiting: Option<(u64, u64)>,
     rate: RateEstimator,
     /// The last [`TAIL_WINDOW`] measured / predicted execution times, a
     /// ring (`tail_len` of them, the next written at `tail_next`).
@@ -593,6 +613,7 @@ impl BatchPolicy {
             samples_in_regime: 0,
             target: 1,
             explore: None,
+            waiting: None,
             rate: RateEstimator::default(),
             tail: [0.0; TAIL_WINDOW],
             tail_len: 0,
@@ -811,19 +832,27 @@ impl BatchPolicy {
         if n < q || q >= limit || model.source == CostSource::Proportional {
             return self.dispatch(n, q);
         }
-        match self.wait_until(now_ns, oldest, q, limit, &model) {
-            Some(until_ns) => {
+        let until = self.wait_until(now_ns, oldest, q, limit, &model);
+        // The wait granted to this head already, if any, bounds this one.
+        let until = match (until, self.waiting) {
+            (Some(u), Some((head, granted))) if head == oldest => Some(u.min(granted)),
+            (u, _) => u,
+        };
+        match until {
+            Some(until_ns) if until_ns > now_ns => {
+                self.waiting = Some((oldest, until_ns));
                 self.stats.waits += 1;
                 Decision::Wait { until_ns }
             }
-            None => self.dispatch(n, q),
+            _ => self.dispatch(n, q),
         }
     }
 
     /// Waiting for `limit − q` more arrivals pays when `q` requests per
-    /// batch cannot keep up with the arrival rate; it is allowed only until
-    /// a batch of `limit` started then would still finish within the oldest
-    /// request's budget.
+    /// batch cannot keep up with the arrival rate and a batch of `limit`
+    /// would serve more per second; it is allowed only until a batch of
+    /// `limit` started then would still finish within the oldest request's
+    /// budget.
     fn wait_until(
         &self,
         now: u64,
@@ -833,7 +862,8 @@ impl BatchPolicy {
         model: &CostModel,
     ) -> Option<u64> {
         let rate = self.rate.per_ns();
-        if rate <= 0.0 || self.throughput_per_ns(model, q) >= rate {
+        let now_tp = self.throughput_per_ns(model, q);
+        if rate <= 0.0 || now_tp >= rate || self.throughput_per_ns(model, limit) <= now_tp {
             return None;
         }
         let slack = self.budget_ns - self.deadline_cost_ns(model, limit);
