@@ -102,6 +102,15 @@ pub struct Args {
     #[arg(long)]
     pub busy_poll: bool,
 
+    /// How late the idle back-off's sleeps may end, µs (the threads' timer
+    /// slack; the kernel's default is 50). 1 makes its 10 µs first sleep
+    /// last 10 µs rather than up to 60: a request's fragments then wait
+    /// less in the kernel's ring on a core the if-manager shares, at the
+    /// price of more wake-ups under load (docs/PERFORMANCE.md, "After the
+    /// last fragment").
+    #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub timer_slack_us: Option<u64>,
+
     /// How long a request answered UNKNOWN_IF is remembered, in ms.
     #[arg(long, default_value_t = 2000)]
     pub answered_ttl_ms: u64,

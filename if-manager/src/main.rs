@@ -50,6 +50,11 @@ fn main() -> ExitCode {
 }
 
 fn run(args: Args) -> Result<()> {
+    // Every thread started from here on inherits the slack.
+    if let Some(us) = args.timer_slack_us {
+        kp_os::priority::set_timer_slack_current_thread(Duration::from_micros(us))
+            .context("--timer-slack-us")?;
+    }
     // Before EAL opens anything: a descriptor open at that number now is
     // the one the parent passed.
     let notify = args

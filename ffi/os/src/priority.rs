@@ -3,6 +3,10 @@
 //! process that lowers its main thread's priority early runs every thread
 //! it creates later at that priority, and [`set_nice_all_threads`] changes
 //! all of them at once.
+//!
+//! Also the timer slack: how late the kernel may end a thread's timed
+//! sleep to merge its wake-up with others' (50 µs by default, inherited
+//! the same way).
 
 use std::io;
 
@@ -67,6 +71,28 @@ pub fn nice_current_thread() -> io::Result<i32> {
     Ok(value)
 }
 
+/// Sets the calling thread's timer slack (threads it creates afterwards
+/// inherit it): its timed sleeps, futex waits with a time-out among them,
+/// end at most this much after their time rather than the default 50 µs.
+pub fn set_timer_slack_current_thread(slack: std::time::Duration) -> io::Result<()> {
+    let ns = libc::c_ulong::try_from(slack.as_nanos().max(1)).unwrap_or(libc::c_ulong::MAX);
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and touches no memory
+    // of ours.
+    let r = unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns, 0, 0, 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's timer slack.
+pub fn timer_slack_current_thread() -> std::time::Duration {
+    // SAFETY: PR_GET_TIMERSLACK takes no pointer and returns the slack in ns.
+    let ns = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
+    std::time::Duration::from_nanos(ns.max(0) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,6 +117,21 @@ mod tests {
                 set_nice_current_thread(before).unwrap();
                 assert_eq!(nice_current_thread().unwrap(), before);
             }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn the_timer_slack_is_set_per_thread_and_inherited() {
+        std::thread::spawn(|| {
+            let us = std::time::Duration::from_micros(1);
+            set_timer_slack_current_thread(us).unwrap();
+            assert_eq!(timer_slack_current_thread(), us);
+            let child = std::thread::spawn(timer_slack_current_thread)
+                .join()
+                .unwrap();
+            assert_eq!(child, us, "a new thread starts with its creator's slack");
         })
         .join()
         .unwrap();
