@@ -26,11 +26,22 @@
 //! request's first and last fragment. A clock-driven sleep woke it dozens
 //! of times per request for fragments that complete nothing (~3 µs of CPU
 //! per fragment against ~0.8 µs with the doorbell: docs/PERFORMANCE.md).
+//! On a core it shares with the engine it also weighs who needs the core
+//! (`runtime::FragmentIdle`): while a batch runs it dozes as soon as its
+//! ring is empty, and while the engine sleeps and a request is arriving it
+//! keeps polling (`runtime::succession::SPIN_ASSEMBLING`).
 //!
 //! The if-manager's sleeps are dozes on the TX ring's doorbell
 //! (`runtime::handover::TxBell`) for the same time: an IF's answers end
 //! them, so an answer does not wait for the sleep (up to the 500 µs cap)
 //! to end; received packets still do.
+//!
+//! The sleeps end up to the thread's timer slack late: 50 µs by default,
+//! so the 10 µs first sleep lasts up to 60 µs. `if-manager
+//! --timer-slack-us 1` makes them exact, which on a core shared with
+//! other work lets a request's fragments wait less in the kernel's ring,
+//! at the price of more wake-ups under load (docs/PERFORMANCE.md, "After
+//! the last fragment").
 //!
 //! Sans-IO: it returns what to do; the driver does it.
 

@@ -138,6 +138,13 @@ impl<'a> Doorbell<'a> {
         }
     }
 
+    /// Whether someone dozes on it now (a hint: it may start or stop a
+    /// moment later).
+    #[inline]
+    pub fn is_dozing(&self) -> bool {
+        self.dozing.load(Ordering::Relaxed) != 0
+    }
+
     /// The count now: read it before looking at the ring, and pass it to
     /// [`Doorbell::doze`] once the ring was found empty.
     #[inline]

@@ -60,6 +60,18 @@ pub const TICK_EVERY: u32 = 32;
 /// when a request's last fragment is lost.
 pub const DOZE_ASSEMBLING: Duration = Duration::from_millis(1);
 
+/// How long after a request's latest fragment the active fragment thread
+/// keeps polling instead of dozing, while that request is incomplete and
+/// the inference thread sleeps (the engine has nothing to run, so the core
+/// they may share has nothing better to do). A request's fragments then
+/// pass through as they arrive, rather than waiting in the ring for its
+/// last one, which rang the thread awake to work through all of them:
+/// ~0.8 µs each, 120 µs for a 147-fragment image after its last fragment
+/// (docs/PERFORMANCE.md, "After the last fragment"). Fragments of one
+/// request arrive microseconds apart; a client that pauses longer mid-
+/// request is waited for by the doze, as before.
+pub const SPIN_ASSEMBLING: Duration = Duration::from_micros(200);
+
 /// How long it dozes at most with nothing in flight: the doorbell wakes it
 /// for traffic and for mode changes, so this bounds only how late it sees
 /// the stop flag (and how often an idle IF wakes: 100 times a second).
