@@ -157,7 +157,8 @@ def meta(a: argparse.Namespace) -> dict:
             "warmup_s": a.warmup_s, "engine_seconds": a.engine_seconds, "max_batch": a.max_batch,
             "concurrency": a.concurrency, "slo_ms": a.slo_ms, "load_fraction": a.load_fraction,
             "threads": a.threads, "cpus": {"if_manager": a.if_manager_cpu, "kp_if": a.kp_if_cpu, "client": a.client_cpu},
-            "busy_poll": a.busy_poll == "1", "tcpdump": a.tcpdump == 1,
+            "client_policy": a.client_policy, "busy_poll": a.busy_poll == "1", "tcpdump": a.tcpdump == 1,
+            "if_manager_timer_slack_us": int(a.if_manager_timer_slack_us) if a.if_manager_timer_slack_us else None,
             "nproc": os.cpu_count(), "cpu": host.cpu_model(host.read("/proc/cpuinfo")), "kernel": platform.release(),
             "git": host.git_head(a.repo), "loadavg_at_start": host.load_average(host.read("/proc/loadavg"))}
 
@@ -502,7 +503,9 @@ def engine_table(meta: dict, eng: dict) -> list[str]:
     return [f"### {meta['model']}: engine alone vs end to end\n",
             f"{meta['cpu']}, {meta['nproc']} CPUs, git {meta['git']}; load average at start {' '.join(meta['loadavg_at_start'])}; "
             f"if-manager on CPU {meta['cpus']['if_manager']}, kp-if on CPU {meta['cpus']['kp_if']} ({meta['threads']} intra-op thread, "
-            f"max batch {meta['max_batch']}, SLO {meta['slo_ms']} ms), kp-client + tcpdump on CPU {meta['cpus']['client']}.\n",
+            f"max batch {meta['max_batch']}, SLO {meta['slo_ms']} ms), kp-client + tcpdump on CPU {meta['cpus']['client']}"
+            f"{' at idle priority' if meta.get('client_policy') == 'idle' else ''}"
+            f"{'; if-manager timer slack %d µs' % meta['if_manager_timer_slack_us'] if meta.get('if_manager_timer_slack_us') else ''}.\n",
             "| batch | engine median ms (before / after) | p99 ms | images/s (batch / median) |", "|---|---|---|---|"] + [
             f"| {n} | {b['latency_ms']['median']:.2f} / {a['latency_ms']['median']:.2f} | {b['latency_ms']['p99']:.2f} / "
             f"{a['latency_ms']['p99']:.2f} | {b['images_per_s_median']:.1f} / {a['images_per_s_median']:.1f} |"
@@ -708,6 +711,9 @@ def parser() -> argparse.ArgumentParser:
     for name in ("duration-s", "long-duration-s", "warmup-s", "engine-seconds", "slo-ms", "load-fraction"):
         m.add_argument(f"--{name}", type=host.number, required=True)
     m.add_argument("--busy-poll", required=True, help="1: both DPDK processes ran with --busy-poll")
+    m.add_argument("--client-policy", default="normal", choices=("idle", "normal"),
+                   help="kp-client's and tcpdump's scheduling policy (idle: SCHED_IDLE)")
+    m.add_argument("--if-manager-timer-slack-us", default="", help="the if-manager's --timer-slack-us, if given")
     s = sub.add_parser("machine", help="a machine.jsonl line")
     s.add_argument("label")
     s.add_argument("ifm_pid", type=int)

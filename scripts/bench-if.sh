@@ -8,8 +8,15 @@
 #
 # Machine layout (2 CPUs): the if-manager's lcore on CPU 0; kp-if's EAL
 # lcore (its fragment thread) and its inference thread (1 intra-op thread)
-# on CPU $IF_CPU (1); kp-client and two tcpdumps on CPU 0. The engine
-# alone (kp-engine-bench) is pinned to the IF's CPU with the same threads.
+# on CPU $IF_CPU (1); kp-client and two tcpdumps on CPU 0, at idle
+# priority (SCHED_IDLE): they stand for a client on another machine, so
+# the platform's threads run as soon as they wake. At normal priority
+# (CLIENT_POLICY=normal) kp-client keeps CPU 0 for the whole ~0.5 ms in
+# which it sends a request's 147 fragments (the scheduler does not preempt
+# it for the if-manager's wake-ups), and the platform then met every
+# request as one burst that had already arrived (docs/PERFORMANCE.md,
+# "After the last fragment"). The engine alone (kp-engine-bench) is
+# pinned to the IF's CPU with the same threads.
 #
 # Phases (the way each number is computed: docs/PERFORMANCE.md,
 # "Inference function: engine alone vs end to end"):
@@ -40,8 +47,12 @@
 # batching policy waiting for full batches), AF_PACKET_FRAMES (8192: the
 # af_packet ring's frames; DPDK's default 512 lost datagrams), SLO_MS
 # (2000: generous, so saturation measures capacity rather than shedding),
-# LOAD_FRACTION (0.5), IF_CPU (1),
-# BUSY_POLL (0; 1 gives both DPDK processes --busy-poll), PROFILE (release).
+# LOAD_FRACTION (0.5), IF_CPU (1), CLIENT_POLICY (idle, or normal),
+# IFM_TIMER_SLACK_US (unset: the kernel's 50 µs; 1 gives the if-manager
+# --timer-slack-us 1, exact back-off sleeps),
+# BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
+# then spin on the cores the client and the engine need), PROFILE
+# (release).
 # Needs root, iproute2, tcpdump (without it: no per-request batch sizes or
 # overheads), 2 MiB hugepages and `make build models`.
 set -euo pipefail
@@ -63,9 +74,18 @@ af_frames=${AF_PACKET_FRAMES:-8192}
 ifm_cpu=0
 if_cpu=${IF_CPU:-1}
 client_cpu=0
+# The load generator and its observers: idle priority (see above).
+side=(chrt --idle 0)
+case ${CLIENT_POLICY:-idle} in
+  idle) ;;
+  normal) side=() ;;
+  *) echo "bench-if: CLIENT_POLICY must be idle or normal" >&2; exit 1 ;;
+esac
 threads=1
 busy=()
 [[ "${BUSY_POLL:-0}" == 1 ]] && busy=(--busy-poll)
+ifm_extra=()
+[[ -n "${IFM_TIMER_SLACK_US:-}" ]] && ifm_extra=(--timer-slack-us "$IFM_TIMER_SLACK_US")
 
 die() { printf 'bench-if: %s\n' "$*" >&2; exit 1; }
 ((EUID == 0)) || die "must run as root (namespaces, DPDK)"
@@ -134,8 +154,8 @@ memory() {
   "$py" "$harness" memory "$@" >>"$out/memory.jsonl"
 }
 
-# capture PHASE: two tcpdumps on CPU 0, headers only: the platform's
-# answers on the client's interface (answers-PHASE.pcap), and the first and
+# capture PHASE: two tcpdumps on CPU 0 (idle priority), headers only: the
+# platform's answers on the client's interface (answers-PHASE.pcap), and the first and
 # last fragment of every request as they reach the platform's interface
 # (frags-PHASE.pcap: the span in which a request's fragments arrive). The
 # platform's answers are not seen on its own interface: DPDK's af_packet
@@ -153,7 +173,7 @@ capture_start() {
       filter="udp and dst host $PLATFORM_IP and dst port 9000 and (udp[28:2] = 0 or udp[28:2] + 1 = udp[30:2])"
     fi
     file="$out/$what-$1"
-    ip netns exec "$ns" taskset -c "$client_cpu" tcpdump -i "$dev" -n -s 96 -U \
+    ip netns exec "$ns" "${side[@]}" taskset -c "$client_cpu" tcpdump -i "$dev" -n -s 96 -U \
       --time-stamp-precision nano -w "$file.pcap" "$filter" 2>"$file.tcpdump.log" &
     cap_pids+=("$!"); pids+=("$!")
     wait_for "$file.tcpdump.log" "listening on" "$!" tcpdump
@@ -171,11 +191,12 @@ capture_stop() {
   echo "$ns" >"$out/tcpdump-$1.ns"
 }
 
-# client PHASE ARGS...: kp-client from the client namespace on CPU 0.
+# client PHASE ARGS...: kp-client from the client namespace on CPU 0, at
+# idle priority.
 # Its CPU time (getrusage of the child) goes to client-PHASE.rusage.json.
 client() {
   local phase=$1; shift
-  "$py" "$harness" client "$out/client-$phase" ip netns exec "$CLIENT_NS" taskset -c "$client_cpu" "$bin/kp-client" \
+  "$py" "$harness" client "$out/client-$phase" ip netns exec "$CLIENT_NS" "${side[@]}" taskset -c "$client_cpu" "$bin/kp-client" \
     --dst "$PLATFORM_IP:9000" --if-id "$if_id" --input synthetic --timeout 5s --json "$@" ||
     die "kp-client ($phase) failed: $(cat "$out/client-$phase.log")"
 }
@@ -190,7 +211,8 @@ engine_bench() {
   --duration-s "$duration" --long-duration-s "$long_duration" --warmup-s "$warmup" \
   --engine-seconds "$engine_seconds" --max-batch "$max_batch" --concurrency "$concurrency" --slo-ms "$slo_ms" \
   --load-fraction "$load_fraction" --threads "$threads" --if-manager-cpu "$ifm_cpu" --kp-if-cpu "$if_cpu" \
-  --client-cpu "$client_cpu" --busy-poll "${BUSY_POLL:-0}" --tcpdump "$have_tcpdump"
+  --client-cpu "$client_cpu" --client-policy "${CLIENT_POLICY:-idle}" \
+  --if-manager-timer-slack-us "${IFM_TIMER_SLACK_US:-}" --busy-poll "${BUSY_POLL:-0}" --tcpdump "$have_tcpdump"
 
 echo "bench-if: $model: load average $(cut -d' ' -f1-3 /proc/loadavg); results in $out" >&2
 echo "bench-if: [1/6] engine alone on CPU $if_cpu, batches 1..$max_batch, ${engine_seconds}s each" >&2
@@ -202,7 +224,7 @@ echo "bench-if: [2/6] platform up, memory at rest" >&2
 eval "$("$repo/scripts/netns.sh" up "$net")"
 ctl="ipc://$out/ifm.sock"
 memory_free_before=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
-ip netns exec "$PLATFORM_NS" "$bin/if-manager" "${busy[@]}" --control "$ctl" --ip "$PLATFORM_IP" \
+ip netns exec "$PLATFORM_NS" "$bin/if-manager" "${busy[@]}" "${ifm_extra[@]}" --control "$ctl" --ip "$PLATFORM_IP" \
   --stats-json "$out/if-manager.json" -- \
   --lcores "0@$ifm_cpu" --file-prefix "$prefix" --no-pci --no-telemetry --log-level lib.eal:error \
   --vdev "net_af_packet0,iface=$PLATFORM_IF,framecnt=$af_frames" >/dev/null 2>"$out/if-manager.log" &
