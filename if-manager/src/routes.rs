@@ -74,6 +74,8 @@ pub enum RouteChange {
 #[derive(Debug)]
 pub struct RouteTable<R> {
     routes: Box<[Option<Route<R>>]>,
+    /// The IFs that have a route, to visit them without scanning the table.
+    live: Vec<u16>,
     updates: Receiver<RouteUpdate<R>>,
 }
 
@@ -82,6 +84,7 @@ impl<R> RouteTable<R> {
     pub fn new(updates: Receiver<RouteUpdate<R>>) -> Self {
         RouteTable {
             routes: (0..=u16::MAX as usize).map(|_| None).collect(),
+            live: Vec::new(),
             updates,
         }
     }
@@ -104,11 +107,14 @@ impl<R> RouteTable<R> {
         loop {
             match self.updates.try_recv() {
                 Ok(RouteUpdate::Add(id, route)) => {
-                    self.routes[usize::from(id.0)] = Some(route);
+                    if self.routes[usize::from(id.0)].replace(route).is_none() {
+                        self.live.push(id.0);
+                    }
                     changed(RouteChange::Added(id));
                 }
                 Ok(RouteUpdate::Remove(id, back)) => {
                     let old = self.routes[usize::from(id.0)].take();
+                    self.live.retain(|&l| l != id.0);
                     changed(RouteChange::Removed(id));
                     // The requester may have given up waiting; then the
                     // route is simply dropped here.
@@ -120,8 +126,21 @@ impl<R> RouteTable<R> {
         }
     }
 
+    /// When the earliest batch running in a routed IF should end
+    /// (monotonic ns, `IfControl::answer_due_ns`), 0 if none says.
+    pub fn earliest_answer_due(&self) -> u64 {
+        self.live
+            .iter()
+            .filter_map(|&id| self.routes[usize::from(id)].as_ref()?.control.as_ref())
+            .map(|c| c.answer_due_ns())
+            .filter(|&t| t != 0)
+            .min()
+            .unwrap_or(0)
+    }
+
     /// Takes every route out of the table (at shutdown, to drain rings).
     pub fn take_all(&mut self) -> Vec<(IfId, Route<R>)> {
+        self.live.clear();
         self.routes
             .iter_mut()
             .enumerate()
@@ -154,6 +173,20 @@ mod tests {
         assert_eq!(table.apply_updates(|c| changes.push(c)), 1);
         assert_eq!(changes, [RouteChange::Added(IfId(3))]);
         assert_eq!(table.get(IfId(3)).unwrap().ring, "ring3");
+        // A second Add of the same IF replaces its route; it is listed once.
+        tx.send(RouteUpdate::Add(
+            IfId(3),
+            Route {
+                control: None,
+                ring: "ring3b",
+                counters: Arc::default(),
+            },
+        ))
+        .unwrap();
+        table.apply_updates(|_| {});
+        assert_eq!(table.live, [3]);
+        // No control block, nobody to say when answers are due.
+        assert_eq!(table.earliest_answer_due(), 0);
 
         let (back_tx, back_rx) = channel();
         tx.send(RouteUpdate::Remove(IfId(3), back_tx.clone()))
@@ -165,8 +198,9 @@ mod tests {
             [RouteChange::Removed(IfId(3)), RouteChange::Removed(IfId(4))]
         );
         assert!(table.get(IfId(3)).is_none());
-        assert_eq!(back_rx.recv().unwrap().unwrap().ring, "ring3");
+        assert_eq!(back_rx.recv().unwrap().unwrap().ring, "ring3b");
         assert!(back_rx.recv().unwrap().is_none(), "no route for if 4");
+        assert!(table.live.is_empty());
         assert!(table.take_all().is_empty());
     }
 }

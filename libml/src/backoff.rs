@@ -34,7 +34,10 @@
 //! The if-manager's sleeps are dozes on the TX ring's doorbell
 //! (`runtime::handover::TxBell`) for the same time: an IF's answers end
 //! them, so an answer does not wait for the sleep (up to the 500 µs cap)
-//! to end; received packets still do.
+//! to end; received packets still do. Where an IF says when its running
+//! batch should end (`IfControl::set_answer_due`), the doze ends
+//! [`ANSWER_LEAD`] before, and the if-manager polls until the answers come
+//! ([`doze_before_answer`]): the wake-up is then not on their way out.
 //!
 //! The sleeps end up to the thread's timer slack late: 50 µs by default,
 //! so the 10 µs first sleep lasts up to 60 µs. `if-manager
@@ -53,6 +56,48 @@ pub const SPIN_POLLS: u32 = 256;
 pub const MIN_SLEEP: Duration = Duration::from_micros(10);
 /// Longest sleep.
 pub const MAX_SLEEP: Duration = Duration::from_micros(500);
+
+/// How long before an inference function's batch should end a poll loop
+/// that waits for its answers stops dozing. The end is predicted from the
+/// batch's mean cost, and batches spread around it: on the VM, squeezenet's
+/// batches of 1 ended within −92..+54 µs of a running mean half the time,
+/// −190..+151 µs 80% of the time. The lead covers most early ends and the
+/// doze's own lateness (the timer slack, 50 µs by default); a lead of
+/// 60 µs caught 45% of the answers polling.
+pub const ANSWER_LEAD: Duration = Duration::from_micros(150);
+
+/// How long past that time the loop keeps polling for the answers before
+/// it dozes again (a batch that runs long rings the doorbell when done).
+pub const ANSWER_SPIN_MAX: Duration = Duration::from_micros(300);
+
+/// What a poll loop does where the back-off says sleep, given when an
+/// inference function's answers are due ([`doze_before_answer`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleWait {
+    /// Doze this long (on a doorbell that an answer also rings).
+    Doze(Duration),
+    /// Keep polling: answers are due within [`ANSWER_LEAD`].
+    Poll,
+}
+
+/// The back-off's `sleep` for a loop that sends inference functions'
+/// answers, shortened so that it is polling, not dozing, when the earliest
+/// running batch should end (`due_ns`, monotonic; 0: none runs). Waking
+/// a dozing if-manager through the TX doorbell costs the inference thread
+/// a futex wake and the answer the if-manager's wake-up: ~50 µs on a VM
+/// (docs/PERFORMANCE.md). A due time more than [`ANSWER_SPIN_MAX`] past is
+/// ignored (the batch runs long, or the hint is stale).
+pub fn doze_before_answer(sleep: Duration, now_ns: u64, due_ns: u64) -> IdleWait {
+    let lead = ANSWER_LEAD.as_nanos() as u64;
+    if due_ns == 0 || now_ns > due_ns.saturating_add(ANSWER_SPIN_MAX.as_nanos() as u64) {
+        return IdleWait::Doze(sleep);
+    }
+    let wake = due_ns.saturating_sub(lead);
+    if now_ns >= wake {
+        return IdleWait::Poll;
+    }
+    IdleWait::Doze(sleep.min(Duration::from_nanos(wake - now_ns)))
+}
 
 /// What to do after a poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +155,38 @@ impl IdleBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dozes_until_shortly_before_an_answer_is_due_then_polls_for_a_while() {
+        let us = |n: u64| Duration::from_micros(n);
+        let t = 1_000_000_000u64; // now
+        let sleep = us(500);
+        // No batch running: the back-off's sleep.
+        assert_eq!(doze_before_answer(sleep, t, 0), IdleWait::Doze(sleep));
+        // Due in 5 ms: the sleep is shorter anyway.
+        assert_eq!(
+            doze_before_answer(sleep, t, t + 5_000_000),
+            IdleWait::Doze(sleep)
+        );
+        // Due in 400 µs: doze until 150 µs before.
+        assert_eq!(
+            doze_before_answer(sleep, t, t + 400_000),
+            IdleWait::Doze(us(250))
+        );
+        // Due within the lead, now, or up to 300 µs late: poll.
+        for due in [t + 150_000, t + 1, t, t - 300_000] {
+            assert_eq!(
+                doze_before_answer(sleep, t, due),
+                IdleWait::Poll,
+                "due {due}"
+            );
+        }
+        // Longer past due: the doorbell will say when it is done.
+        assert_eq!(
+            doze_before_answer(sleep, t, t - 300_001),
+            IdleWait::Doze(sleep)
+        );
+    }
 
     #[test]
     fn spins_then_sleeps_doubling_up_to_the_cap_and_resets_on_work() {

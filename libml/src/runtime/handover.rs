@@ -93,6 +93,10 @@ mod w {
     /// owner alone, briefly two across a switchover: a ring with nobody
     /// dozing makes no system call.
     pub const DOZING: usize = 12;
+    /// When the batch the IF is running should end (machine-wide
+    /// monotonic ns), 0 when none runs: the if-manager stops dozing
+    /// shortly before, to be polling when the answers come.
+    pub const ANSWER_DUE_NS: usize = 13;
     pub const KEYS: usize = 16;
 }
 
@@ -434,6 +438,23 @@ impl IfControl {
             self.wake_successor();
         }
         released
+    }
+
+    /// Says when the batch this IF starts now should end (machine-wide
+    /// monotonic ns, `kp_os::affinity::monotonic_ns`), or, with 0, that
+    /// none runs. The if-manager reads it where it would doze
+    /// ([`IfControl::answer_due_ns`]): a hint, never a promise, so a wrong
+    /// or stale value costs it some polling, no answer.
+    #[inline]
+    pub fn set_answer_due(&self, due_ns: u64) {
+        self.word(w::ANSWER_DUE_NS).store(due_ns, Ordering::Relaxed);
+    }
+
+    /// When the IF's running batch should end, 0 if none runs (see
+    /// [`IfControl::set_answer_due`]).
+    #[inline]
+    pub fn answer_due_ns(&self) -> u64 {
+        self.word(w::ANSWER_DUE_NS).load(Ordering::Relaxed)
     }
 
     /// Records a switchover that completed with this gap.

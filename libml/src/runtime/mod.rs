@@ -331,6 +331,7 @@ pub fn serve(
                 succession.mode,
                 publish,
                 trace,
+                succession.control,
             )
         });
         fragment_loop(
@@ -897,6 +898,7 @@ fn inference_loop<'p>(
     mode: &ModeCell,
     publish: Option<Publish<'_>>,
     mut trace: Option<&mut RequestTrace>,
+    control: &IfControl,
 ) -> DriverCounters {
     let mut counters = DriverCounters::default();
     let counters = &mut counters;
@@ -988,6 +990,11 @@ fn inference_loop<'p>(
         backoff.after_poll(true);
         batch.clear();
         batch.extend(queue.drain(..n));
+        // When the answers should be out, for the if-manager's doze.
+        if let Some(m) = policy.cost_model() {
+            let predicted = policy.predicted_ns(&m, n) as u64;
+            control.set_answer_due(kp_os::affinity::monotonic_ns().saturating_add(predicted));
+        }
         let started = now_ns();
         let result = if in_place {
             counters.in_place_batches += 1;
@@ -1052,6 +1059,7 @@ fn inference_loop<'p>(
         }
         // One bulk allocation (above) and one burst on the TX ring.
         counters.send_failed += answers.send() as u64;
+        control.set_answer_due(0);
         if let Some(t) = trace.as_deref_mut() {
             let sent = now_ns();
             let status = if result.is_ok() {
