@@ -832,19 +832,13 @@ impl BatchPolicy {
         if n < q || q >= limit || model.source == CostSource::Proportional {
             return self.dispatch(n, q);
         }
-        let until = self.wait_until(now_ns, oldest, q, limit, &model);
-        // The wait granted to this head already, if any, bounds this one.
-        let until = match (until, self.waiting) {
-            (Some(u), Some((head, granted))) if head == oldest => Some(u.min(granted)),
-            (u, _) => u,
-        };
-        match until {
-            Some(until_ns) if until_ns > now_ns => {
+        match self.wait_until(now_ns, oldest, q, limit, &model) {
+            Some(until_ns) => {
                 self.waiting = Some((oldest, until_ns));
                 self.stats.waits += 1;
                 Decision::Wait { until_ns }
             }
-            _ => self.dispatch(n, q),
+            None => self.dispatch(n, q),
         }
     }
 
@@ -852,7 +846,8 @@ impl BatchPolicy {
     /// batch cannot keep up with the arrival rate and a batch of `limit`
     /// would serve more per second; it is allowed only until a batch of
     /// `limit` started then would still finish within the oldest request's
-    /// budget.
+    /// budget, and never past a wait already granted to the same oldest
+    /// request.
     fn wait_until(
         &self,
         now: u64,
@@ -872,7 +867,11 @@ impl BatchPolicy {
         }
         let latest = oldest.saturating_add(slack.floor() as u64);
         let fill = now.saturating_add(((limit - q) as f64 / rate).ceil() as u64);
-        let until = latest.min(fill);
+        let granted = match self.waiting {
+            Some((head, until)) if head == oldest => until,
+            _ => u64::MAX,
+        };
+        let until = latest.min(fill).min(granted);
         (until > now).then_some(until)
     }
 
