@@ -137,7 +137,7 @@ impl<'a> Doorbell<'a> {
         // dozer's futex wait sees the new count and does not sleep, or this
         // sees it dozing and wakes it.
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.dozing.load(Ordering::Relaxed) != 0 {
+        if self.is_dozing() {
             kp_os::futex::wake_all(self.count);
         }
     }

@@ -698,14 +698,20 @@ fn fragment_loop<'p>(
         if got > 0 {
             last_fragment_ns = now;
         }
-        let idle = FragmentIdle {
-            own_ring: std::ptr::eq(source, ring) && mode == Mode::Active,
-            shares_core: yield_on_handover,
-            engine_dozing: ready_bell.is_dozing(),
-            assembling: reassembler.in_flight() > 0
-                && now.saturating_sub(last_fragment_ns) < SPIN_ASSEMBLING.as_nanos() as u64,
+        // Who else needs the core is looked at only once the ring is empty:
+        // the inference thread's dozing word is not read per burst.
+        let step = match backoff.after_poll(got > 0) {
+            IdleAction::Poll => FragmentStep::Poll,
+            action => FragmentIdle {
+                own_ring: std::ptr::eq(source, ring) && mode == Mode::Active,
+                shares_core: yield_on_handover,
+                engine_dozing: ready_bell.is_dozing(),
+                assembling: reassembler.in_flight() > 0
+                    && now.saturating_sub(last_fragment_ns) < SPIN_ASSEMBLING.as_nanos() as u64,
+            }
+            .next(action),
         };
-        match idle.next(backoff.after_poll(got > 0)) {
+        match step {
             FragmentStep::Poll => {}
             FragmentStep::Pause => std::hint::spin_loop(),
             // Our own ring: doze until the if-manager rings (a request's
@@ -1200,62 +1206,38 @@ mod tests {
     #[test]
     fn the_fragment_thread_spins_only_on_a_core_the_engine_leaves_idle() {
         let d = Duration::from_micros(10);
-        let at = |own_ring, shares_core, engine_dozing, assembling| FragmentIdle {
-            own_ring,
-            shares_core,
-            engine_dozing,
-            assembling,
-        };
-        // Work found: poll again, whatever else holds.
-        assert_eq!(
-            at(true, true, false, true).next(IdleAction::Poll),
-            FragmentStep::Poll
-        );
-        // Ring empty, the engine running on our core: give it the core.
-        assert_eq!(
-            at(true, true, false, false).next(IdleAction::Pause),
-            FragmentStep::Doze
-        );
-        assert_eq!(
-            at(true, true, false, true).next(IdleAction::Pause),
-            FragmentStep::Doze
-        );
-        // ... but spin first on a core of our own, or with the engine idle.
-        assert_eq!(
-            at(true, false, false, false).next(IdleAction::Pause),
-            FragmentStep::Pause
-        );
-        assert_eq!(
-            at(true, true, true, false).next(IdleAction::Pause),
-            FragmentStep::Pause
-        );
-        // A request arriving with the engine asleep: keep polling.
-        assert_eq!(
-            at(true, true, true, true).next(IdleAction::Sleep(d)),
-            FragmentStep::Pause
-        );
-        assert_eq!(
-            at(true, false, true, true).next(IdleAction::Sleep(d)),
-            FragmentStep::Pause
-        );
-        // Otherwise the back-off's sleep becomes a doze on our own ring ...
-        assert_eq!(
-            at(true, true, false, true).next(IdleAction::Sleep(d)),
-            FragmentStep::Doze
-        );
-        assert_eq!(
-            at(true, true, true, false).next(IdleAction::Sleep(d)),
-            FragmentStep::Doze
-        );
-        // ... and stays a sleep on a ring nobody rings for us (a hand-back
-        // ring, a parked or draining IF).
-        assert_eq!(
-            at(false, true, false, false).next(IdleAction::Sleep(d)),
-            FragmentStep::Sleep(d)
-        );
-        assert_eq!(
-            at(false, true, false, false).next(IdleAction::Pause),
-            FragmentStep::Pause
-        );
+        let (poll, pause, sleep) = (IdleAction::Poll, IdleAction::Pause, IdleAction::Sleep(d));
+        use FragmentStep::{Doze, Pause, Poll, Sleep};
+        // (own_ring, shares_core, engine_dozing, assembling), the back-off's
+        // action -> what the thread does.
+        let cases = [
+            // Work found: poll again, whatever else holds.
+            ((true, true, false, true), poll, Poll),
+            // Ring empty, the engine running on our core: give it the core.
+            ((true, true, false, false), pause, Doze),
+            ((true, true, false, true), pause, Doze),
+            // ... but spin first on a core of our own, or with the engine idle.
+            ((true, false, false, false), pause, Pause),
+            ((true, true, true, false), pause, Pause),
+            // A request arriving with the engine asleep: keep polling.
+            ((true, true, true, true), sleep, Pause),
+            ((true, false, true, true), sleep, Pause),
+            // Otherwise the back-off's sleep becomes a doze on our own ring ...
+            ((true, true, false, true), sleep, Doze),
+            ((true, true, true, false), sleep, Doze),
+            // ... and stays a sleep on a ring nobody rings for us (a hand-back
+            // ring, a parked or draining IF).
+            ((false, true, false, false), sleep, Sleep(d)),
+            ((false, true, false, false), pause, Pause),
+        ];
+        for ((own_ring, shares_core, engine_dozing, assembling), action, want) in cases {
+            let idle = FragmentIdle {
+                own_ring,
+                shares_core,
+                engine_dozing,
+                assembling,
+            };
+            assert_eq!(idle.next(action), want, "{idle:?} {action:?}");
+        }
     }
 }
