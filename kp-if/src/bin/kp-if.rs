@@ -71,8 +71,10 @@ struct Args {
     engine: EngineOverrides,
     /// CPU cores of this IF's share (`0-3,6`): the engine's thread pool and
     /// the inference thread run only there. The fragment thread is the EAL
-    /// lcore, pinned by `--lcores` (give it a CPU of the same set). Default:
-    /// wherever the process may run.
+    /// lcore, pinned by `--lcores`: a CPU of the same set (what the
+    /// orchestrator gives it), or the network side's core, where it then
+    /// reassembles and converts off the engine's cores. Default: wherever
+    /// the process may run.
     #[arg(long, value_parser = parse_cores)]
     cores: Option<Cores>,
     /// Where an RGB image is converted to the model's input: `network`, by
@@ -316,17 +318,31 @@ fn run(mut args: Args) -> Result<()> {
         eal.cleanup().context("DPDK cleanup")?;
         return Ok(());
     }
-    // The EAL pins this thread to its main lcore's CPUs; `--cores` wins
-    // (the engine's threads inherit the mask).
-    if let Some(Cores(cores)) = &args.cores {
-        kp_os::affinity::set_current_thread_cpus(cores)
-            .with_context(|| format!("pinning to cores {cores:?}"))?;
-    }
+    // The EAL pins this thread, the fragment thread, to its main lcore's
+    // CPUs (`--lcores`). The engine's threads are made while the model
+    // loads and inherit the mask of the thread that loads it: for the load
+    // only, that is `--cores`; then the fragment thread goes back to its
+    // lcore. (Pinned to `--cores` for good, it shared the engine's core
+    // even where `--lcores` put it on the network side's.)
+    let lcore_cpus = match &args.cores {
+        Some(Cores(cores)) => {
+            let lcore =
+                kp_os::affinity::current_thread_cpus().context("reading the EAL lcore's CPUs")?;
+            kp_os::affinity::set_current_thread_cpus(cores)
+                .with_context(|| format!("pinning to cores {cores:?}"))?;
+            Some(lcore)
+        }
+        None => None,
+    };
     // The engine before anything is attached: a model that cannot load
     // fails before the IF registers its ring or says ready.
     let load_began = Instant::now();
     let loaded = load_engine(&args, &model, layout);
     let load_time = load_began.elapsed();
+    if let Some(lcore) = &lcore_cpus {
+        kp_os::affinity::set_current_thread_cpus(lcore)
+            .with_context(|| format!("pinning the fragment thread back to {lcore:?}"))?;
+    }
     let (mut engine, layout, info, max_batch) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
