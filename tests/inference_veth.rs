@@ -354,3 +354,10 @@ fn one_request_at_a_time_is_never_refused_with_the_fragment_thread_on_the_networ
 ) -> Result<()> {
     one_request_at_a_time("0")
 }
+
+/// All of kp-if on one core: the fragment thread dozes while a batch runs.
+#[test]
+fn one_request_at_a_time_is_never_refused_with_the_fragment_thread_on_the_engine_core() -> Result<()>
+{
+    one_request_at_a_time("1")
+}

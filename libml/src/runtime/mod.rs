@@ -469,18 +469,19 @@ fn fragment_loop<'p>(
             counters.payload_bytes,
         );
     };
+    // Whether the last poll ended in a doze: the next one is a tick (a
+    // doze is a sleep, whether the back-off's or the core's: see
+    // `FragmentIdle`).
+    let mut dozed = false;
     loop {
         let mode = succession.mode.get();
-        if machine.poll_is_tick(mode, backoff.is_sleeping()) {
+        if machine.poll_is_tick(mode, backoff.is_sleeping() || std::mem::take(&mut dozed)) {
             now = now_ns();
             if now.saturating_sub(cpu_sampled_ns) >= CPU_SAMPLE_NS {
                 cpu_sampled_ns = now;
                 sample_cpu(telemetry, counters);
             }
-            while let Some(r) = returned.pop() {
-                let _ = reassembler.release(r.slot);
-                slots[r.slot.index()] = Some(r.buf);
-            }
+            take_back_slots(returned, reassembler, slots);
             reassembler.poll_expired(now, |e| {
                 if let Some(reply) = replies[e.slot.index()].take() {
                     let latency = latency_us(e.first_seen_ns, now);
@@ -560,6 +561,13 @@ fn fragment_loop<'p>(
         let rung = bell.seen();
         let got = source.dequeue_burst(&mut burst);
         machine.dequeued(got, now);
+        if got > 0 {
+            // Answered requests' slots back before this burst's first
+            // fragments are admitted, not at the next tick: a request held
+            // for one already answered would be refused OVERLOADED (seen at
+            // one request outstanding behind a 4× SLO: 20% refused).
+            take_back_slots(returned, reassembler, slots);
+        }
         reassembler.set_handed_limit(admission.load(Ordering::Relaxed));
         // The frames are read in place; those of a predecessor's requests
         // are marked here and sent back below, the rest freed in bulk.
@@ -724,9 +732,9 @@ fn fragment_loop<'p>(
                     DOZE_IDLE
                 };
                 bell.doze(rung, timeout);
-                // A doze from the back-off's spins leaves the loop's clock
-                // as old as the doze: what comes next is stamped fresh.
-                now = now_ns();
+                // The loop's clock is as old as the doze: the next poll
+                // ticks, so that what comes next is stamped fresh.
+                dozed = true;
             }
             FragmentStep::Sleep(d) => std::thread::sleep(d),
         }
@@ -1104,6 +1112,20 @@ fn inference_loop<'p>(
         if let Some(d) = engine.device_stats() {
             latest_device.store(&d);
         }
+    }
+}
+
+/// Takes back the slots of answered requests from the inference thread:
+/// free again for new requests, and no longer counted against the
+/// admission limit. An empty queue costs a load or two.
+fn take_back_slots<'p>(
+    returned: &ArrayQueue<Returned<'p>>,
+    reassembler: &mut Reassembler,
+    slots: &mut [Option<SlotBuf<'p>>],
+) {
+    while let Some(r) = returned.pop() {
+        let _ = reassembler.release(r.slot);
+        slots[r.slot.index()] = Some(r.buf);
     }
 }
 
