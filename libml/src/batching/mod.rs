@@ -682,24 +682,29 @@ impl BatchPolicy {
 
     /// How many complete requests the IF may hold (queued or in a batch)
     /// before a new one is refused at its first fragment, OVERLOADED:
-    /// `n · max(2, ⌊slo / cost(n) − (τ − 1)⌋)` for the batch limit `n`.
+    /// `n · max(2, ⌊slo / cost(n) − (τ − 1) + ½⌋)` for the batch limit `n`.
     /// Batches are at most `n`, so a request behind `n · k` held ones ends
-    /// in batch `k + 1` at the earliest, after `(k + 1) · cost(n)` on
-    /// average and `τ − 1` batches more when one of them runs slow (one
-    /// tail, not `k + 1`: a sum of batches spreads less than each): with
-    /// `k ≥ slo / cost(n) − τ` that is past its SLO, and the shedding rules would
-    /// answer it OVERLOADED later anyway, after its payload was received
-    /// into a slot and converted — work that, under overload, takes the
-    /// CPU from the engine (at 10× squeezenet's capacity on a 2-core host,
-    /// goodput fell to a third: tests/overload.rs). At least two batches'
-    /// worth, so that an inflated model still lets the queue fill (the
-    /// probe needs a request). `None` before a cost model exists: nothing
-    /// is refused at cold start but for want of a slot.
+    /// in batch `k + 1`, the first of them running: on average after
+    /// `(k + ½) · cost(n)`, and `τ − 1` batches more when one of them runs
+    /// slow (one tail, not `k + 1`: a sum of batches spreads less than
+    /// each). With `k > slo / cost(n) − τ + ½` that is past its SLO, and the
+    /// shedding rules would answer it OVERLOADED later anyway, after its
+    /// payload was received into a slot and converted — work that, under
+    /// overload, takes the CPU from the engine (at 10× squeezenet's
+    /// capacity on a 2-core host, goodput fell to a third:
+    /// tests/overload.rs). Counting the running batch as not yet started
+    /// (`(k + 1) · cost(n)`) refused, at a quarter of squeezenet's rate
+    /// behind a 4× SLO, requests that would have met it: 2 held, a third
+    /// refused that would have ended ~17 ms into a 20 ms SLO. At least two
+    /// batches' worth, so that an inflated model still lets the queue fill
+    /// (the probe needs a request). `None` before a cost model exists:
+    /// nothing is refused at cold start but for want of a slot.
     pub fn admission_limit(&self) -> Option<usize> {
         let m = self.model?;
         let n = self.batch_limit();
-        let batches =
-            self.cfg.slo_ns as f64 / self.predicted_ns(&m, n).max(1.0) - (self.tail_factor - 1.0);
+        let batches = self.cfg.slo_ns as f64 / self.predicted_ns(&m, n).max(1.0)
+            - (self.tail_factor - 1.0)
+            + 0.5;
         Some(n * (batches.floor() as usize).max(2))
     }
 

@@ -115,6 +115,12 @@ struct Sim {
     arrivals: Arrivals,
     next_arrival: u64,
     engine: Engine,
+    /// How long a request takes to arrive after its first fragment, in ns,
+    /// uniform in this range (`(0, 0)`: at once). Its age, and its SLO,
+    /// count from the first fragment, as kp-if's do.
+    span: (u64, u64),
+    /// Requests still arriving: (complete at, first fragment at).
+    arriving: Vec<(u64, u64)>,
     running: Option<(u64, u64, Vec<u64>)>,
     wake: Option<u64>,
     rng: Rng,
@@ -135,6 +141,8 @@ impl Sim {
             arrivals,
             next_arrival,
             engine,
+            span: (0, 0),
+            arriving: Vec::new(),
             running: None,
             wake: None,
             rng,
@@ -158,10 +166,19 @@ impl Sim {
         }
     }
 
+    /// The same simulation, each request arriving over a span uniform in
+    /// `[min_ns, max_ns]` after its first fragment.
+    fn with_spans(mut self, min_ns: u64, max_ns: u64) -> Self {
+        self.span = (min_ns, max_ns);
+        self
+    }
+
     fn next_event(&self) -> u64 {
         let done = self.running.as_ref().map_or(u64::MAX, |r| r.0);
+        let complete = self.arriving.iter().map(|r| r.0).min().unwrap_or(u64::MAX);
         self.next_arrival
             .min(done)
+            .min(complete)
             .min(self.wake.unwrap_or(u64::MAX))
     }
 
@@ -170,9 +187,18 @@ impl Sim {
         assert!(t >= self.now);
         self.now = t;
         while self.next_arrival <= t {
-            self.queue.push(self.next_arrival);
+            let (lo, hi) = self.span;
+            let span = lo + ((hi - lo) as f64 * self.rng.unit()) as u64;
+            self.arriving
+                .push((self.next_arrival + span, self.next_arrival));
             self.next_arrival += self.arrivals.gap_ns(&mut self.rng).max(1);
         }
+        // Complete requests join the queue in the order they complete, as
+        // in kp-if, which is not always the order of their first fragments.
+        self.arriving.sort_unstable();
+        let complete = self.arriving.partition_point(|r| r.0 <= t);
+        self.queue
+            .extend(self.arriving.drain(..complete).map(|(_, first)| first));
         if self.running.as_ref().is_some_and(|r| r.0 == t) {
             let (_, exec, reqs) = self.running.take().unwrap();
             let max_e2e = reqs.iter().map(|a| t - a).max().unwrap();
@@ -358,11 +384,13 @@ fn admission_limit_is_what_can_end_within_the_slo() {
     }
     let n = p.batch_limit();
     let cost = p.predicted_ns(&p.cost_model().unwrap(), n);
-    let k = (100e6 / cost).floor() as usize;
+    let k = (100e6 / cost + 0.5).floor() as usize;
     assert!(k >= 2, "batch limit {n}, cost {cost} ns");
     assert_eq!(p.admission_limit(), Some(n * k));
-    // A request behind n·k held ones ends in batch k + 1: past the SLO.
-    assert!((k + 1) as f64 * cost > 100e6);
+    // A request behind n·k held ones, the first batch of them running (half
+    // done, on average), ends past the SLO; one behind n·(k − 1) within it.
+    assert!((k as f64 + 0.5) * cost > 100e6);
+    assert!((k as f64 - 0.5) * cost <= 100e6);
     assert_eq!(p.tail_factor(), 1.0, "every batch as predicted");
     // One batch 1.5 times as long as predicted: τ = 1.5, and admission
     // allows for one such batch among the k + 1 (not for k + 1 of them).
@@ -371,10 +399,10 @@ fn admission_limit_is_what_can_end_within_the_slo() {
     let tau = p.tail_factor();
     assert!((tau - 1.5).abs() < 1e-3, "tail factor {tau}");
     let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
-    let k = ((100e6 / cost - (tau - 1.0)).floor() as usize).max(2);
+    let k = ((100e6 / cost - (tau - 1.0) + 0.5).floor() as usize).max(2);
     assert_eq!(p.admission_limit(), Some(p.batch_limit() * k));
-    assert!(k as f64 * cost + (tau - 1.0) * cost <= 100e6 * (1.0 + 1e-9));
-    assert!((k + 1) as f64 * cost + (tau - 1.0) * cost > 100e6);
+    assert!((k as f64 - 0.5) * cost + (tau - 1.0) * cost <= 100e6 * (1.0 + 1e-9));
+    assert!((k as f64 + 0.5) * cost + (tau - 1.0) * cost > 100e6);
     // An engine slower than the SLO still lets two batches in.
     let mut slow = BatchPolicy::new(BatchConfig::new(10 * MS)).unwrap();
     slow.on_batch_done(1, 30 * MS, 30 * MS, 1);
@@ -791,6 +819,44 @@ fn sheds_nothing_at_light_load() {
     );
     assert_eq!(sim.shed, 0);
     assert_eq!(s.slo_miss_batches, 0);
+}
+
+/// Simulation of the side-by-side's light levels on the 2-CPU VM:
+/// squeezenet's batch of one takes 5.1 ms when the engine runs back to
+/// back, but an engine that idles between requests spreads its batches
+/// (±15% here, and three in ten 1.3 times as long: a model of the cold
+/// batches that bench-if's trace showed, 5.7–7.6 ms), the SLO is 4× the
+/// batch of one (20.4 ms), as `make bench-peers` sets it, and a request
+/// takes 0.2–5 ms to arrive after its first fragment, from which its age
+/// counts. At a quarter of the engine's rate, shed or late, at most 1% may
+/// fail, the side-by-side's rule: the tail factor makes the policy shed a
+/// request that waited behind another's slow batch, but not more.
+#[test]
+fn sheds_almost_nothing_at_light_load_on_an_engine_whose_batches_spread() {
+    let slo = 20_400_000;
+    let engine = Engine::new(0.0, 5.1, 0.15).convex(0.035).spiky(0.3, 1.3);
+    let rate = 0.25 * 1e9 / 5.1e6;
+    for seed in [7, 8, 9] {
+        let mut sim = Sim::new(
+            BatchConfig::new(slo),
+            Arrivals::Poisson { per_s: rate },
+            engine,
+            seed,
+        )
+        .with_spans(200_000, 5_000_000);
+        sim.run_until(60_000 * MS);
+        let served = sim.e2e.len() as u64;
+        let late = sim.e2e.iter().filter(|&&e| e > slo).count() as u64;
+        let failed = (sim.shed + late) as f64 / (served + sim.shed) as f64;
+        eprintln!(
+            "seed {seed}: {served} served, {} shed, {late} late ({:.2}% failed), p99 {:.1} ms, tail factor {:.2}",
+            sim.shed,
+            100.0 * failed,
+            sim.percentile_e2e(0, 0.99) as f64 / 1e6,
+            sim.policy.stats().tail_factor
+        );
+        assert!(failed <= 0.01, "seed {seed}: {:.2}% failed", 100.0 * failed);
+    }
 }
 
 // ---------------------------------------------------------------- provisioning
