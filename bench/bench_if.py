@@ -156,7 +156,9 @@ def meta(a: argparse.Namespace) -> dict:
     return {"model": a.model, "if_id": a.if_id, "duration_s": a.duration_s, "long_duration_s": a.long_duration_s,
             "warmup_s": a.warmup_s, "engine_seconds": a.engine_seconds, "max_batch": a.max_batch,
             "concurrency": a.concurrency, "slo_ms": a.slo_ms, "load_fraction": a.load_fraction,
-            "threads": a.threads, "cpus": {"if_manager": a.if_manager_cpu, "kp_if": a.kp_if_cpu, "client": a.client_cpu},
+            "threads": a.threads, "cpus": {"if_manager": a.if_manager_cpu, "kp_if": a.kp_if_cpu,
+                     "kp_if_fragment_thread": a.kp_if_cpu if a.kp_rx_cpu is None else a.kp_rx_cpu,
+                     "client": a.client_cpu},
             "client_policy": a.client_policy, "busy_poll": a.busy_poll == "1", "tcpdump": a.tcpdump == 1,
             "if_manager_timer_slack_us": int(a.if_manager_timer_slack_us) if a.if_manager_timer_slack_us else None,
             "nproc": os.cpu_count(), "cpu": host.cpu_model(host.read("/proc/cpuinfo")), "kernel": platform.release(),
@@ -502,7 +504,9 @@ def p50_p99_us(d: Optional[dict]) -> str:
 def engine_table(meta: dict, eng: dict) -> list[str]:
     return [f"### {meta['model']}: engine alone vs end to end\n",
             f"{meta['cpu']}, {meta['nproc']} CPUs, git {meta['git']}; load average at start {' '.join(meta['loadavg_at_start'])}; "
-            f"if-manager on CPU {meta['cpus']['if_manager']}, kp-if on CPU {meta['cpus']['kp_if']} ({meta['threads']} intra-op thread, "
+            f"if-manager on CPU {meta['cpus']['if_manager']}, kp-if's inference thread on CPU {meta['cpus']['kp_if']} "
+            f"and its fragment thread on CPU {meta['cpus'].get('kp_if_fragment_thread', meta['cpus']['kp_if'])} "
+            f"({meta['threads']} intra-op thread, "
             f"max batch {meta['max_batch']}, SLO {meta['slo_ms']} ms), kp-client + tcpdump on CPU {meta['cpus']['client']}"
             f"{' at idle priority' if meta.get('client_policy') == 'idle' else ''}"
             f"{'; if-manager timer slack %d µs' % meta['if_manager_timer_slack_us'] if meta.get('if_manager_timer_slack_us') else ''}.\n",
@@ -711,6 +715,8 @@ def parser() -> argparse.ArgumentParser:
     for name in ("duration-s", "long-duration-s", "warmup-s", "engine-seconds", "slo-ms", "load-fraction"):
         m.add_argument(f"--{name}", type=host.number, required=True)
     m.add_argument("--busy-poll", required=True, help="1: both DPDK processes ran with --busy-poll")
+    m.add_argument("--kp-rx-cpu", type=int, default=None,
+                   help="the CPU of kp-if's fragment thread (its EAL lcore); default: --kp-if-cpu")
     m.add_argument("--client-policy", default="normal", choices=("idle", "normal"),
                    help="kp-client's and tcpdump's scheduling policy (idle: SCHED_IDLE)")
     m.add_argument("--if-manager-timer-slack-us", default="", help="the if-manager's --timer-slack-us, if given")

@@ -7,8 +7,11 @@
 #   MODEL=resnet50 DURATION=60 scripts/bench-if.sh
 #
 # Machine layout (2 CPUs): the if-manager's lcore on CPU 0; kp-if's EAL
-# lcore (its fragment thread) and its inference thread (1 intra-op thread)
-# on CPU $IF_CPU (1); kp-client and two tcpdumps on CPU 0, at idle
+# lcore (its fragment thread) on CPU $KP_RX_CPU, by default the inference
+# core ($IF_CPU, 1), where all of kp-if's per-request work then runs
+# (KP_RX_CPU=0: kneepoint as designed, the fragment thread with the
+# network side, as bench/bench.py runs it); its inference thread (1
+# intra-op thread) on CPU $IF_CPU; kp-client and two tcpdumps on CPU 0, at idle
 # priority (SCHED_IDLE): they stand for a client on another machine, so
 # the platform's threads run as soon as they wake. At normal priority
 # (CLIENT_POLICY=normal) kp-client keeps CPU 0 for the whole ~0.5 ms in
@@ -47,7 +50,7 @@
 # batching policy waiting for full batches), AF_PACKET_FRAMES (8192: the
 # af_packet ring's frames; DPDK's default 512 lost datagrams), SLO_MS
 # (2000: generous, so saturation measures capacity rather than shedding),
-# LOAD_FRACTION (0.5), IF_CPU (1), CLIENT_POLICY (idle, or normal),
+# LOAD_FRACTION (0.5), IF_CPU (1), KP_RX_CPU (IF_CPU), CLIENT_POLICY (idle, or normal),
 # IFM_TIMER_SLACK_US (unset: the kernel's 50 µs; 1 gives the if-manager
 # --timer-slack-us 1, exact back-off sleeps),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
@@ -73,6 +76,7 @@ load_fraction=${LOAD_FRACTION:-0.5}
 af_frames=${AF_PACKET_FRAMES:-8192}
 ifm_cpu=0
 if_cpu=${IF_CPU:-1}
+kp_rx_cpu=${KP_RX_CPU:-$if_cpu}
 client_cpu=0
 # The load generator and its observers: idle priority (see above).
 side=(chrt --idle 0)
@@ -210,7 +214,7 @@ engine_bench() {
 "$py" "$harness" meta "$out/meta.json" --repo "$repo" --model "$model" --if-id "$if_id" \
   --duration-s "$duration" --long-duration-s "$long_duration" --warmup-s "$warmup" \
   --engine-seconds "$engine_seconds" --max-batch "$max_batch" --concurrency "$concurrency" --slo-ms "$slo_ms" \
-  --load-fraction "$load_fraction" --threads "$threads" --if-manager-cpu "$ifm_cpu" --kp-if-cpu "$if_cpu" \
+  --load-fraction "$load_fraction" --threads "$threads" --if-manager-cpu "$ifm_cpu" --kp-if-cpu "$if_cpu" --kp-rx-cpu "$kp_rx_cpu" \
   --client-cpu "$client_cpu" --client-policy "${CLIENT_POLICY:-idle}" \
   --if-manager-timer-slack-us "${IFM_TIMER_SLACK_US:-}" --busy-poll "${BUSY_POLL:-0}" --tcpdump "$have_tcpdump"
 
@@ -243,7 +247,7 @@ trace=()
 "$bin/kp-if" --help | grep -q -- '--trace' && trace=(--trace "$out/trace.jsonl")
 ip netns exec "$PLATFORM_NS" "$bin/kp-if" "${busy[@]}" "${cores[@]}" "${trace[@]}" --model "$config" --control "$ctl" \
   --slo-ms "$slo_ms" --threads "$threads" --max-batch "$max_batch" --stats-json "$out/kp-if.json" -- \
-  --lcores "1@$if_cpu" --proc-type secondary --file-prefix "$prefix" --no-pci --no-telemetry \
+  --lcores "1@$kp_rx_cpu" --proc-type secondary --file-prefix "$prefix" --no-pci --no-telemetry \
   --log-level lib.eal:error >/dev/null 2>"$out/kp-if.log" &
 kpif_pid=$!; pids+=("$kpif_pid")
 wait_for "$out/kp-if.log" "kp-if: ready" "$kpif_pid" kp-if
