@@ -119,6 +119,7 @@ REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 import report  # noqa: E402
+import host  # noqa: E402
 
 PEER_VENVS = REPO / ".venv-peers"
 PEER_PACKAGES = {
@@ -651,10 +652,7 @@ def perf_analyzer_note(install: bool) -> str:
 # --- measuring --------------------------------------------------------------
 
 def git_rev() -> str:
-    r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True).stdout.strip()
-    return r.stdout.strip() + ("+dirty" if dirty else "")
+    return host.git_head(str(REPO))
 
 
 def load_model(name: str) -> dict:

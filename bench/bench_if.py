@@ -702,6 +702,60 @@ def analyse(out: str) -> str:
 
 # --- command line ---------------------------------------------------------------------
 
+def layout(meta: dict) -> str:
+    """Where kp-if's fragment thread ran: with the engine (all of kp-if's
+    per-request work on the inference core) or on another CPU (kneepoint
+    as designed: reassembly and conversion with the network side)."""
+    cpus = meta["cpus"]
+    frag = cpus.get("kp_if_fragment_thread", cpus["kp_if"])
+    return "all on the inference core" if frag == cpus["kp_if"] else "as designed"
+
+
+def saturation_rows(groups: list[tuple[str, list[dict]]]) -> list[str]:
+    """A markdown table of the saturation phase of several runs, one row
+    per labelled group of runs (their summary.json), each cell listing the
+    runs in order: the model and layout, OK answers/s, the mean batch, and
+    the ratio of end to end to the engine alone at the same batch mix and
+    at the engine's best batch size (the same run's engine phase)."""
+    def cell(sats: list[dict], key: str, fmt: str) -> str:
+        return ", ".join(format(x[key], fmt) for x in sats)
+
+    rows = ["| runs | model, layout | OK answers/s | mean batch | end to end / engine, same batch mix "
+            "| end to end / engine's best batch | git |", "|---|---|---|---|---|---|---|"]
+    for label, runs in groups:
+        sats = [r["phases"]["sat"] for r in runs]
+        metas = [r["meta"] for r in runs]
+        where = "; ".join(sorted({f"{m['model']}, {layout(m)}" for m in metas}))
+        gits = ", ".join(sorted({m["git"] for m in metas}))
+        rows.append(f"| {label} ({len(runs)}) | {where} | {cell(sats, 'ok_per_s', '.1f')} | "
+                    f"{cell(sats, 'mean_batch', '.2f')} | {cell(sats, 'ratio_e2e_to_engine', '.3f')} | "
+                    f"{cell(sats, 'ratio_e2e_to_engine_best', '.3f')} | {gits} |")
+    return rows
+
+
+def refusal_rows(groups: list[tuple[str, list[dict]]]) -> list[str]:
+    """A markdown table of what was not answered OK in several runs, one
+    row per labelled group (their summary.json): at one request
+    outstanding, and in the open-loop phase at LOAD_FRACTION of the
+    saturation rate, each run's non-OK answers of all it sent, and the
+    SLO they ran under."""
+    def share(c: dict) -> str:
+        bad = c["sent"] - c["status"].get("ok", 0)
+        return f"{bad} of {c['sent']} ({100 * bad / max(1, c['sent']):.1f}%)"
+
+    rows = ["| runs | model, layout, SLO | 1 outstanding: not OK | open loop: offered req/s, not OK | git |",
+            "|---|---|---|---|---|"]
+    for label, runs in groups:
+        metas = [r["meta"] for r in runs]
+        where = "; ".join(sorted({f"{m['model']}, {layout(m)}, {m['slo_ms']:g} ms" for m in metas}))
+        single = ", ".join(share(r["phases"]["single"]["client"]) for r in runs)
+        half = ", ".join(f"{r['phases']['half']['client']['rate']:g}: {share(r['phases']['half']['client'])}"
+                         for r in runs)
+        gits = ", ".join(sorted({m["git"] for m in metas}))
+        rows.append(f"| {label} ({len(runs)}) | {where} | {single} | {half} | {gits} |")
+    return rows
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -738,6 +792,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("fraction", type=float)
     s = sub.add_parser("analyse", help="OUT's results -> CSVs, summary.json, summary.md")
     s.add_argument("out")
+    s = sub.add_parser("compare", help="a markdown table of several runs: saturation, or refusals")
+    s.add_argument("--refusals", action="store_true",
+                   help="what was not answered OK at one outstanding and in the open-loop phase")
+    s.add_argument("groups", nargs="+", metavar="LABEL=DIR[,DIR...]",
+                   help="a row's label and the runs' output folders (each with summary.json)")
     return ap
 
 
@@ -752,6 +811,12 @@ def main() -> int:
         print(json.dumps(memory_snapshot(a.label, a.pid, a.proc)))
     elif a.command == "client":
         return run_client(a.base, a.cmd)
+    elif a.command == "compare":
+        groups = []
+        for g in a.groups:
+            label, _, dirs = g.rpartition("=")
+            groups.append((label, [read_json(os.path.join(d, "summary.json")) for d in dirs.split(",")]))
+        print("\n".join((refusal_rows if a.refusals else saturation_rows)(groups)))
     elif a.command == "ok-rate":
         print(ok_rate(read_json(a.report)))
     elif a.command == "offered-rate":

@@ -30,9 +30,14 @@ def load_average(loadavg: str) -> list[str]:
 
 
 def git_head(repo: str) -> str:
-    """The short hash of REPO's HEAD; "" outside a git checkout."""
-    return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
+    """The short hash of REPO's HEAD, with "+dirty" when a tracked file
+    differs from it (what was measured is then not that commit); "" outside
+    a git checkout."""
+    head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True).stdout.strip()
+    return head + ("+dirty" if head and dirty else "")
 
 
 def read(path: str) -> str:

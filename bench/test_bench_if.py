@@ -363,3 +363,39 @@ class Rates(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+def run_summary(model, kp_if_cpu, frag_cpu, ok, batch, mix, best, git="abc1234"):
+    cpus = {"if_manager": 0, "kp_if": kp_if_cpu, "client": 0}
+    if frag_cpu is not None:
+        cpus["kp_if_fragment_thread"] = frag_cpu
+    return {"meta": {"model": model, "cpus": cpus, "git": git},
+            "phases": {"sat": {"ok_per_s": ok, "mean_batch": batch, "ratio_e2e_to_engine": mix,
+                               "ratio_e2e_to_engine_best": best}}}
+
+
+class Compare(unittest.TestCase):
+    def test_layout_is_where_the_fragment_thread_ran(self):
+        self.assertEqual(bench_if.layout(run_summary("m", 1, 0, 1, 1, 1, 1)["meta"]), "as designed")
+        self.assertEqual(bench_if.layout(run_summary("m", 1, 1, 1, 1, 1, 1)["meta"]), "all on the inference core")
+        # Runs from before the fragment thread's CPU was recorded had it on kp-if's.
+        self.assertEqual(bench_if.layout(run_summary("m", 1, None, 1, 1, 1, 1)["meta"]), "all on the inference core")
+
+    def test_one_row_per_group_with_every_run_in_order(self):
+        rows = bench_if.saturation_rows([
+            ("new", [run_summary("squeezenet", 1, 0, 194.21, 1.714, 0.9951, 0.9787),
+                     run_summary("squeezenet", 1, 0, 187.7, 4.2, 0.986, 0.95, git="abc1234+dirty")]),
+            ("ic", [run_summary("squeezenet", 1, 1, 182.9, 2.34, 0.954, 0.928)])])
+        self.assertEqual(len(rows), 4)
+        self.assertEqual(rows[2], "| new (2) | squeezenet, as designed | 194.2, 187.7 | 1.71, 4.20 | 0.995, 0.986 "
+                                  "| 0.979, 0.950 | abc1234, abc1234+dirty |")
+        self.assertIn("| ic (1) | squeezenet, all on the inference core | 182.9 |", rows[3])
+
+    def test_refusals_per_phase(self):
+        run = run_summary("squeezenet", 1, 0, 1, 1, 1, 1)
+        run["meta"]["slo_ms"] = 20.0
+        run["phases"]["single"] = {"client": {"sent": 2502, "status": {"ok": 1998, "overloaded": 504}}}
+        run["phases"]["half"] = {"client": {"sent": 685, "rate": 56.2, "status": {"ok": 675, "overloaded": 10}}}
+        rows = bench_if.refusal_rows([("fixed", [run])])
+        self.assertEqual(rows[2], "| fixed (1) | squeezenet, as designed, 20 ms | 504 of 2502 (20.1%) "
+                                  "| 56.2: 10 of 685 (1.5%) | abc1234 |")
