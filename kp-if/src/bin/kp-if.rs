@@ -340,8 +340,10 @@ fn run(mut args: Args) -> Result<()> {
     let loaded = load_engine(&args, &model, layout);
     let load_time = load_began.elapsed();
     if let Some(lcore) = &lcore_cpus {
-        kp_os::affinity::set_current_thread_cpus(lcore)
-            .with_context(|| format!("pinning the fragment thread back to {lcore:?}"))?;
+        if let Err(e) = kp_os::affinity::set_current_thread_cpus(lcore) {
+            // It still works, on the engine's cores.
+            eprintln!("kp-if: warning: cannot pin the fragment thread back to {lcore:?}: {e}");
+        }
     }
     let (mut engine, layout, info, max_batch) = match loaded {
         Ok(loaded) => loaded,

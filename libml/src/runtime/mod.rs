@@ -475,7 +475,8 @@ fn fragment_loop<'p>(
     let mut dozed = false;
     loop {
         let mode = succession.mode.get();
-        if machine.poll_is_tick(mode, backoff.is_sleeping() || std::mem::take(&mut dozed)) {
+        let after_doze = std::mem::take(&mut dozed);
+        if machine.poll_is_tick(mode, backoff.is_sleeping() || after_doze) {
             now = now_ns();
             if now.saturating_sub(cpu_sampled_ns) >= CPU_SAMPLE_NS {
                 cpu_sampled_ns = now;
