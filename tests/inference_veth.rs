@@ -11,7 +11,7 @@
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::{af_packet_vdev, eal};
+use kneepoint_tests::platform::{af_packet_vdev, eal, Platform};
 use kneepoint_tests::{
     answers, bin, datagrams_lost, datagrams_received, datagrams_sent, dpdk_files_left,
     expect_statuses, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch,
@@ -231,8 +231,8 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
     Ok(())
 }
 
-/// The threads of process `pid` whose name is `comm`, each with the CPU
-/// list it may run on (as /proc writes it).
+/// The threads of process `pid`, each with the CPU list it may run on (as
+/// /proc writes it).
 fn thread_cpus(pid: u32) -> Result<Vec<(u32, String)>> {
     let mut out = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
@@ -259,52 +259,20 @@ fn thread_cpus(pid: u32) -> Result<Vec<(u32, String)>> {
 /// a batch ran on its core took the slots back only at its next clock
 /// tick; behind a 4× SLO on the VM, 20% of the requests at one outstanding
 /// were refused OVERLOADED, and here 13 of 60.)
-fn one_request_at_a_time(lcore_cpu: &str) -> Result<()> {
+fn one_request_at_a_time(test: &str, lcore_cpu: &str) -> Result<()> {
     let model = repo_root().join("models/squeezenet/config.toml");
-    ensure!(
-        model.exists(),
-        "{} is missing: run `make models` first",
-        model.display()
-    );
-    let net = NetnsPair::up(&format!("kpj{}", std::process::id() % 100_000))?;
-    let dir = Scratch::new("inference-veth-one");
-    let prefix = file_prefix("inference-veth-one");
-    let control = format!("ipc://{}", dir.path("ifm.sock").display());
-    let ns = ["ip", "netns", "exec", net.get("PLATFORM_NS")];
-    let vdev = af_packet_vdev(net.get("PLATFORM_IF"));
-    let ifm = Daemon::start(
-        &ns,
-        &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-        &eal(&prefix, "0@0", &["--vdev", &vdev]),
+    let platform = Platform::up_on(
+        test,
+        &model,
+        None,
+        &format!("1@{lcore_cpu}"),
+        &["--capacity", "2", "--reassembly-timeout-ms", "1000"],
     )?;
-    let kp_if = Daemon::start_bin(
-        &ns,
-        "kp-if",
-        &[
-            "--model".into(),
-            model.display().to_string(),
-            "--control".into(),
-            control.clone(),
-            "--slo-ms".into(),
-            "2000".into(),
-            "--reassembly-timeout-ms".into(),
-            "1000".into(),
-            "--capacity".into(),
-            "2".into(),
-            "--cores".into(),
-            "1".into(),
-        ],
-        &eal(
-            &prefix,
-            &format!("1@{lcore_cpu}"),
-            &["--proc-type", "secondary"],
-        ),
-        "kp-if: ready",
-    )?;
-    let threads = thread_cpus(kp_if.pid())?;
+    let pid = platform.kp_if_pid();
+    let threads = thread_cpus(pid)?;
     let main = threads
         .iter()
-        .find(|(tid, _)| *tid == kp_if.pid())
+        .find(|(tid, _)| *tid == pid)
         .context("no main thread")?;
     ensure!(
         main.1 == lcore_cpu,
@@ -313,51 +281,57 @@ fn one_request_at_a_time(lcore_cpu: &str) -> Result<()> {
         main.1
     );
     let requests = 60;
-    let out = run(Command::new("ip")
-        .args(["netns", "exec", net.get("CLIENT_NS")])
-        .arg(bin("kp-client"))
-        .arg("--dst")
-        .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args(["--if-id", "1", "--concurrency", "1", "--timeout", "5s"])
-        .args(["--input", "synthetic", "--requests", &requests.to_string()])
-        .args(["--json", "--expect-all-answered"]))?;
+    let out = run(platform
+        .client_command(&bin("kp-client"))
+        .args(["--dst", &platform.address(), "--if-id", "1"])
+        .args([
+            "--concurrency",
+            "1",
+            "--timeout",
+            "5s",
+            "--input",
+            "synthetic",
+        ])
+        .args([
+            "--requests",
+            &requests.to_string(),
+            "--json",
+            "--expect-all-answered",
+        ]))?;
     let client: Value =
         serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
-    // The inference thread went where --cores says (it pins itself when
-    // serving starts).
-    let engine_side = threads_allowed_on(kp_if.pid(), "1")?;
+    // The engine's threads went where --cores says.
     ensure!(
-        engine_side > usize::from(lcore_cpu == "1"),
+        threads_allowed_on(pid, "1")? > usize::from(lcore_cpu == "1"),
         "no kp-if thread but the fragment thread pinned to core 1: {:?}",
-        thread_cpus(kp_if.pid())?
+        thread_cpus(pid)?
     );
-    kp_if.stop()?;
-    let ifm_report = ifm.stop()?;
+    let reports = platform.stop()?;
     ensure!(
         client["sent"] == requests && client["answered"] == requests,
         "client: {client}"
     );
-    let lost = datagrams_lost(datagrams_sent(&client)?, datagrams_received(&ifm_report)?)?;
+    let lost = datagrams_lost(
+        datagrams_sent(&client)?,
+        datagrams_received(&reports.if_manager)?,
+    )?;
     eprintln!("client: {client}\ndatagrams lost before the if-manager: {lost}");
     expect_statuses(
         &client,
         &[("incomplete", lost, "a datagram the kernel dropped")],
-    )?;
-    let left = dpdk_files_left(&prefix);
-    ensure!(left.is_empty(), "DPDK files left behind: {left:?}");
-    Ok(())
+    )
 }
 
 /// kneepoint as designed: the fragment thread with the network side.
 #[test]
 fn one_request_at_a_time_is_never_refused_with_the_fragment_thread_on_the_network_core(
 ) -> Result<()> {
-    one_request_at_a_time("0")
+    one_request_at_a_time("onenet", "0")
 }
 
 /// All of kp-if on one core: the fragment thread dozes while a batch runs.
 #[test]
 fn one_request_at_a_time_is_never_refused_with_the_fragment_thread_on_the_engine_core() -> Result<()>
 {
-    one_request_at_a_time("1")
+    one_request_at_a_time("oneeng", "1")
 }

@@ -86,6 +86,19 @@ impl Platform {
         mtu: Option<u32>,
         kp_if_extra: &[&str],
     ) -> Result<Platform> {
+        Platform::up_on(test, model, mtu, "1@(0-1)", kp_if_extra)
+    }
+
+    /// [`up_with`](Platform::up_with) with kp-if's EAL lcore, its fragment
+    /// thread, where `kp_if_lcores` (`--lcores`) says, e.g. `1@0` for the
+    /// if-manager's core (its engine stays on core 1).
+    pub fn up_on(
+        test: &str,
+        model: &Path,
+        mtu: Option<u32>,
+        kp_if_lcores: &str,
+        kp_if_extra: &[&str],
+    ) -> Result<Platform> {
         ensure!(
             model.exists(),
             "{} is missing: run `make models` first",
@@ -124,7 +137,7 @@ impl Platform {
             &ns,
             "kp-if",
             &kp_if_args,
-            &eal(&prefix, "1@(0-1)", &["--proc-type", "secondary"]),
+            &eal(&prefix, kp_if_lcores, &["--proc-type", "secondary"]),
             "kp-if: ready",
         )?;
         Ok(Platform {
@@ -134,6 +147,11 @@ impl Platform {
             _dir: dir,
             prefix,
         })
+    }
+
+    /// kp-if's process id.
+    pub fn kp_if_pid(&self) -> u32 {
+        self.kp_if.pid()
     }
 
     /// The platform's UDP address, `IP:9000`.
