@@ -957,6 +957,11 @@ def machine_info() -> dict:
 # --- main -------------------------------------------------------------------
 
 def main() -> int:
+    # SIGTERM (a runner's time-out, `kill`) stops the run as Ctrl-C does:
+    # the system under test is stopped in its `finally`. Python's default
+    # ends the process at once and left tritonserver and kp-http-load
+    # running.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--smoke", action="store_true", help="tiny loads (what `make test` runs)")
