@@ -387,7 +387,7 @@ class Kneepoint(System):
         wait_for_line(self.if_log, "kp-if: ready", self.kpif, "kp-if", 120)
         self.roots = [self.ifm.pid, self.kpif.pid]
         self.workers = {self.kpif.pid}
-        self.version = {"kneepoint": git_rev(), "dpdk_pmd": f"net_af_packet (veth, framecnt={s.kp_framecnt})",
+        self.version = {"kneepoint": host.git_head(str(REPO)), "dpdk_pmd": f"net_af_packet (veth, framecnt={s.kp_framecnt})",
                         "busy_poll": s.busy_poll, "fragment_loop_cpu": s.kp_rx_cpu,
                         "convert_on": self.convert_on}
 
@@ -650,10 +650,6 @@ def perf_analyzer_note(install: bool) -> str:
 
 
 # --- measuring --------------------------------------------------------------
-
-def git_rev() -> str:
-    return host.git_head(str(REPO))
-
 
 def load_model(name: str) -> dict:
     config = REPO / "models" / name / "config.toml"
@@ -997,7 +993,7 @@ def main() -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     t_start = time.monotonic()
-    meta = {"started": time.strftime("%Y-%m-%d %H:%M %Z"), "git": git_rev(), "machine": machine_info(),
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M %Z"), "git": host.git_head(str(REPO)), "machine": machine_info(),
             "loadavg_start": list(os.getloadavg()), "settings": s.as_dict(), "models": s.models,
             "systems": s.systems, "versions": {"onnxruntime": importlib.metadata.version("onnxruntime")},
             "peers": {}, "errors": {}, "model_info": {},

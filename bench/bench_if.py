@@ -711,6 +711,11 @@ def layout(meta: dict) -> str:
     return "all on the inference core" if frag == cpus["kp_if"] else "as designed"
 
 
+def commits(metas: list[dict]) -> str:
+    """The commits the runs recorded, each once."""
+    return ", ".join(sorted({m["git"] for m in metas}))
+
+
 def saturation_rows(groups: list[tuple[str, list[dict]]]) -> list[str]:
     """A markdown table of the saturation phase of several runs, one row
     per labelled group of runs (their summary.json), each cell listing the
@@ -726,10 +731,9 @@ def saturation_rows(groups: list[tuple[str, list[dict]]]) -> list[str]:
         sats = [r["phases"]["sat"] for r in runs]
         metas = [r["meta"] for r in runs]
         where = "; ".join(sorted({f"{m['model']}, {layout(m)}" for m in metas}))
-        gits = ", ".join(sorted({m["git"] for m in metas}))
         rows.append(f"| {label} ({len(runs)}) | {where} | {cell(sats, 'ok_per_s', '.1f')} | "
                     f"{cell(sats, 'mean_batch', '.2f')} | {cell(sats, 'ratio_e2e_to_engine', '.3f')} | "
-                    f"{cell(sats, 'ratio_e2e_to_engine_best', '.3f')} | {gits} |")
+                    f"{cell(sats, 'ratio_e2e_to_engine_best', '.3f')} | {commits(metas)} |")
     return rows
 
 
@@ -751,8 +755,7 @@ def refusal_rows(groups: list[tuple[str, list[dict]]]) -> list[str]:
         single = ", ".join(share(r["phases"]["single"]["client"]) for r in runs)
         half = ", ".join(f"{r['phases']['half']['client']['rate']:g}: {share(r['phases']['half']['client'])}"
                          for r in runs)
-        gits = ", ".join(sorted({m["git"] for m in metas}))
-        rows.append(f"| {label} ({len(runs)}) | {where} | {single} | {half} | {gits} |")
+        rows.append(f"| {label} ({len(runs)}) | {where} | {single} | {half} | {commits(metas)} |")
     return rows
 
 

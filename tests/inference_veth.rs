@@ -21,16 +21,52 @@ use serde_json::Value;
 /// How many threads of process `pid` may run exactly on `cpus` (as
 /// /proc writes a CPU list).
 fn threads_allowed_on(pid: u32, cpus: &str) -> Result<usize> {
-    let mut n = 0;
+    Ok(thread_cpus(pid)?.iter().filter(|(_, c)| c == cpus).count())
+}
+
+/// The threads of process `pid`, each with the CPU list it may run on (as
+/// /proc writes it).
+fn thread_cpus(pid: u32) -> Result<Vec<(u32, String)>> {
+    let mut out = Vec::new();
     for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let status = std::fs::read_to_string(task?.path().join("status"))?;
+        let task = task?;
+        let tid: u32 = task.file_name().to_string_lossy().parse()?;
+        let status = std::fs::read_to_string(task.path().join("status"))?;
         let allowed = status
             .lines()
             .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .map(str::trim);
-        n += usize::from(allowed == Some(cpus));
+            .map(|s| s.trim().to_string())
+            .context("no Cpus_allowed_list")?;
+        out.push((tid, allowed));
     }
-    Ok(n)
+    Ok(out)
+}
+
+/// kp-client (`client`: the command that runs it, from the client's
+/// namespace) closed loop to `dst` (IP:9000), `concurrency` outstanding,
+/// `requests` synthetic images, every one answered: its JSON report.
+fn closed_loop(client: &mut Command, dst: &str, concurrency: u32, requests: u64) -> Result<Value> {
+    let out = run(client
+        .args([
+            "--dst",
+            dst,
+            "--if-id",
+            "1",
+            "--timeout",
+            "5s",
+            "--input",
+            "synthetic",
+        ])
+        .args(["--concurrency", &concurrency.to_string()])
+        .args([
+            "--requests",
+            &requests.to_string(),
+            "--json",
+            "--expect-all-answered",
+        ]))?;
+    Ok(serde_json::from_str(
+        out.lines().last().context("kp-client printed nothing")?,
+    )?)
 }
 
 /// kp-if's `--trace`: one record per request it inferred (every OK answer
@@ -134,29 +170,14 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
     sub.connect(&telemetry)?;
 
     let requests = 80;
-    let out = run(Command::new("ip")
-        .args(["netns", "exec", net.get("CLIENT_NS")])
-        .arg(bin("kp-client"))
-        .arg("--dst")
-        .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args([
-            "--if-id",
-            "1",
-            "--concurrency",
-            "4",
-            "--timeout",
-            "5s",
-            "--input",
-            "synthetic",
-        ])
-        .args([
-            "--requests",
-            &requests.to_string(),
-            "--json",
-            "--expect-all-answered",
-        ]))?;
-    let client: Value =
-        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
+    let client = closed_loop(
+        Command::new("ip")
+            .args(["netns", "exec", net.get("CLIENT_NS")])
+            .arg(bin("kp-client")),
+        &format!("{}:9000", net.get("PLATFORM_IP")),
+        4,
+        requests,
+    )?;
     // Snapshots come once a second; provisioning reports may come between.
     let mut snapshot = Value::Null;
     for _ in 0..50 {
@@ -231,24 +252,6 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
     Ok(())
 }
 
-/// The threads of process `pid`, each with the CPU list it may run on (as
-/// /proc writes it).
-fn thread_cpus(pid: u32) -> Result<Vec<(u32, String)>> {
-    let mut out = Vec::new();
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))? {
-        let task = task?;
-        let tid: u32 = task.file_name().to_string_lossy().parse()?;
-        let status = std::fs::read_to_string(task.path().join("status"))?;
-        let allowed = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
-            .map(|s| s.trim().to_string())
-            .context("no Cpus_allowed_list")?;
-        out.push((tid, allowed));
-    }
-    Ok(out)
-}
-
 /// One request at a time through an input pool of two slots, kp-if's
 /// fragment thread (the EAL lcore) on `lcore_cpu` and its engine on core 1
 /// (`--cores 1`). The fragment thread must stay where `--lcores` put it
@@ -281,25 +284,12 @@ fn one_request_at_a_time(test: &str, lcore_cpu: &str) -> Result<()> {
         main.1
     );
     let requests = 60;
-    let out = run(platform
-        .client_command(&bin("kp-client"))
-        .args(["--dst", &platform.address(), "--if-id", "1"])
-        .args([
-            "--concurrency",
-            "1",
-            "--timeout",
-            "5s",
-            "--input",
-            "synthetic",
-        ])
-        .args([
-            "--requests",
-            &requests.to_string(),
-            "--json",
-            "--expect-all-answered",
-        ]))?;
-    let client: Value =
-        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
+    let client = closed_loop(
+        &mut platform.client_command(&bin("kp-client")),
+        &platform.address(),
+        1,
+        requests,
+    )?;
     // The engine's threads went where --cores says.
     ensure!(
         threads_allowed_on(pid, "1")? > usize::from(lcore_cpu == "1"),
