@@ -14,9 +14,15 @@
 //!
 //! Prints one JSON object per batch size (JSON lines): per-batch latency
 //! (median, p90, p99, min, mean, max, ms), images/s as `batch / median`
-//! and as all images over all the time measured, and the CPUs the process
+//! and as all images over all the time measured (the batches' own time
+//! with `--gap-ms`), and the CPUs the process
 //! was allowed to run on (pin it with `taskset -c CPU`, as
 //! `scripts/bench-if.sh` does, to the CPU the IF's inference runs on).
+//!
+//! `--gap-ms G` idles G ms before each timed batch (`--gap-mode sleep`,
+//! blocking as an IF's inference thread does between requests, or `spin`):
+//! the cost of a batch that finds the engine cold, which is what every
+//! batch is at low load, measured without the platform around it.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -66,6 +72,48 @@ struct Args {
     /// Seed of the random images.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Idle this long (milliseconds) before each timed batch, as an IF does
+    /// between requests at low load: the cost of a *cold* batch. 0 runs the
+    /// batches back to back.
+    #[arg(long, default_value_t = 0.0)]
+    gap_ms: f64,
+    /// How to idle in the gap: `sleep` (the thread blocks and its CPU may go
+    /// idle, as an IF's inference thread waits for work) or `spin` (the
+    /// thread stays on its CPU, as a poll-mode thread would).
+    #[arg(long, value_enum, default_value_t = GapMode::Sleep)]
+    gap_mode: GapMode,
+}
+
+/// How `--gap-ms` is spent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum GapMode {
+    Sleep,
+    Spin,
+}
+
+impl GapMode {
+    fn name(self) -> &'static str {
+        match self {
+            GapMode::Sleep => "sleep",
+            GapMode::Spin => "spin",
+        }
+    }
+
+    /// Idles for `gap` the chosen way (nothing for a zero gap).
+    fn idle(self, gap: Duration) {
+        if gap.is_zero() {
+            return;
+        }
+        match self {
+            GapMode::Sleep => std::thread::sleep(gap),
+            GapMode::Spin => {
+                let until = Instant::now() + gap;
+                while Instant::now() < until {
+                    std::hint::spin_loop();
+                }
+            }
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -82,6 +130,10 @@ fn run(args: Args) -> Result<()> {
     if args.batches.is_empty() || args.batches.contains(&0) {
         bail!("--batches must list batch sizes >= 1");
     }
+    if !(args.gap_ms.is_finite() && args.gap_ms >= 0.0) {
+        bail!("--gap-ms must be a number of milliseconds >= 0");
+    }
+    let gap = Duration::from_secs_f64(args.gap_ms / 1e3);
     let mut model = ModelConfig::load(&args.model)
         .with_context(|| format!("loading {}", args.model.display()))?;
     args.engine.apply(&mut model);
@@ -146,6 +198,7 @@ fn run(args: Args) -> Result<()> {
         let start = Instant::now();
         let limit = seconds.map(Duration::from_secs_f64);
         loop {
+            args.gap_mode.idle(gap);
             let t0 = Instant::now();
             if let Err(e) = engine.infer_batch(inp, batch, out) {
                 failure = Some(e);
@@ -166,6 +219,13 @@ fn run(args: Args) -> Result<()> {
         }
         let total_s = start.elapsed().as_secs_f64();
         let n = samples.len();
+        // With a gap the wall clock also holds the idling: count the
+        // batches' own time only.
+        let busy_s = if gap.is_zero() {
+            total_s
+        } else {
+            samples.iter().sum()
+        };
         samples.sort_by(f64::total_cmp);
         let ms = |s: f64| (s * 1e6).round() / 1e3;
         let median = quantile(&samples, 0.5);
@@ -177,6 +237,8 @@ fn run(args: Args) -> Result<()> {
             "max_batch": max_batch,
             "cpus_allowed": cpus,
             "batch": batch,
+            "gap_ms": args.gap_ms,
+            "gap_mode": args.gap_mode.name(),
             "iterations": n,
             "seconds": (total_s * 1e3).round() / 1e3,
             "latency_ms": {
@@ -189,7 +251,7 @@ fn run(args: Args) -> Result<()> {
             },
             "ms_per_image_median": ms(median / batch as f64),
             "images_per_s_median": round1(batch as f64 / median),
-            "images_per_s_total": round1((batch * n) as f64 / total_s),
+            "images_per_s_total": round1((batch * n) as f64 / busy_s),
             "model_load_s": (load_s * 1e3).round() / 1e3,
         });
         println!("{line}");
