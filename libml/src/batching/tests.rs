@@ -89,6 +89,11 @@ impl Engine {
         self.a_ns + self.b_ns * n as f64 * (1.0 + self.convex * (n as f64 - 1.0))
     }
 
+    /// The mean of [`exec_ns`](Self::exec_ns) (the noise is symmetric).
+    fn mean_ns(&self, n: usize) -> f64 {
+        self.cost_ns(n) * (1.0 + self.spike_p * (self.spike - 1.0))
+    }
+
     fn exec_ns(&self, n: usize, rng: &mut Rng) -> u64 {
         let jitter = 1.0 + self.noise * (2.0 * rng.unit() - 1.0);
         let spike = if self.spike_p > 0.0 && rng.unit() < self.spike_p {
@@ -128,6 +133,11 @@ struct Sim {
     e2e: Vec<u64>,
     shed: u64,
     reports: Vec<ProvisioningReport>,
+    /// Whether a request is refused at its first fragment while the IF
+    /// holds [`BatchPolicy::admission_limit`] complete requests (queued or
+    /// in the running batch), as kp-if's fragment thread refuses it.
+    admission: bool,
+    refused: u64,
 }
 
 impl Sim {
@@ -150,6 +160,8 @@ impl Sim {
             e2e: Vec::new(),
             shed: 0,
             reports: Vec::new(),
+            admission: false,
+            refused: 0,
         }
     }
 
@@ -173,6 +185,19 @@ impl Sim {
         self
     }
 
+    /// The same simulation with admission at the first fragment.
+    fn with_admission(mut self) -> Self {
+        self.admission = true;
+        self
+    }
+
+    /// Requests shed, refused or answered past `slo`, over all requests.
+    fn failed_fraction(&self, slo: u64) -> f64 {
+        let late = self.e2e.iter().filter(|&&e| e > slo).count() as u64;
+        let all = self.e2e.len() as u64 + self.shed + self.refused;
+        (self.shed + self.refused + late) as f64 / all as f64
+    }
+
     fn next_event(&self) -> u64 {
         let done = self.running.as_ref().map_or(u64::MAX, |r| r.0);
         let complete = self.arriving.iter().map(|r| r.0).min().unwrap_or(u64::MAX);
@@ -187,6 +212,13 @@ impl Sim {
         assert!(t >= self.now);
         self.now = t;
         while self.next_arrival <= t {
+            let held = self.queue.len() + self.running.as_ref().map_or(0, |r| r.2.len());
+            if self.admission && self.policy.admission_limit().is_some_and(|l| held >= l) {
+                self.refused += 1;
+                self.policy.note_refused(self.next_arrival);
+                self.next_arrival += self.arrivals.gap_ns(&mut self.rng).max(1);
+                continue;
+            }
             let (lo, hi) = self.span;
             let span = lo + ((hi - lo) as f64 * self.rng.unit()) as u64;
             self.arriving
@@ -373,9 +405,10 @@ fn fit_is_exact_without_noise() {
 }
 
 /// The admission limit: none before a cost model, then the batch limit
-/// times the batches of that size that fit in the SLO, at least two.
+/// times the batches of that size that fit in the SLO, plus two; the tail
+/// factor does not change it.
 #[test]
-fn admission_limit_is_what_can_end_within_the_slo() {
+fn admission_limit_is_what_misses_the_slo_by_more_than_a_batch() {
     let mut p = BatchPolicy::new(BatchConfig::new(100 * MS)).unwrap();
     assert_eq!(p.admission_limit(), None);
     // a = 8 ms, b = 1 ms: exact after these.
@@ -384,35 +417,49 @@ fn admission_limit_is_what_can_end_within_the_slo() {
     }
     let n = p.batch_limit();
     let cost = p.predicted_ns(&p.cost_model().unwrap(), n);
-    let k = (100e6 / cost + 0.5).floor() as usize;
-    assert!(k >= 2, "batch limit {n}, cost {cost} ns");
+    let k = (100e6 / cost).floor() as usize + 2;
     assert_eq!(p.admission_limit(), Some(n * k));
-    // A request behind n·k held ones, the first batch of them running (half
-    // done, on average), ends past the SLO; one behind n·(k − 1) within it.
-    assert!((k as f64 + 0.5) * cost > 100e6);
-    assert!((k as f64 - 0.5) * cost <= 100e6);
-    assert_eq!(p.tail_factor(), 1.0, "every batch as predicted");
-    // One batch 1.5 times as long as predicted: τ = 1.5, and admission
-    // allows for one such batch among the k + 1 (not for k + 1 of them).
-    let (ni, slow_batch) = (n, 1.5 * cost);
-    p.on_batch_done(ni, slow_batch as u64, 10 * MS, 100);
+    // Behind n·k held requests a new one ends k batches later at the
+    // least, past the SLO by more than a batch; behind n·(k − 1), within
+    // a batch of it.
+    assert!(k as f64 * cost > 100e6 + cost);
+    assert!((k - 1) as f64 * cost <= 100e6 + cost);
+    // A batch 1.5 times as long as predicted raises the tail factor, not
+    // the admission limit's batches.
+    p.on_batch_done(n, (1.5 * cost) as u64, 10 * MS, 100);
+    assert!((p.tail_factor() - 1.5).abs() < 1e-3, "{}", p.tail_factor());
+    let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
+    let k = (100e6 / cost).floor() as usize + 2;
+    assert_eq!(p.admission_limit(), Some(p.batch_limit() * k));
+    // Under pressure (a request shed within the last SLO) admission
+    // refuses what would end past the SLO with the running batch half done
+    // and one batch among those ahead running slow.
+    let now = 200 * MS;
+    assert_eq!(p.shed(now, &[0]), 1, "200 ms old: past its SLO");
+    assert!(p.under_pressure(now));
+    let n = p.batch_limit();
+    let cost = p.predicted_ns(&p.cost_model().unwrap(), n);
+    p.on_batch_done(n, cost as u64, 10 * MS, now + 1);
     let tau = p.tail_factor();
-    assert!((tau - 1.5).abs() < 1e-3, "tail factor {tau}");
     let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
     let k = ((100e6 / cost - (tau - 1.0) + 0.5).floor() as usize).max(2);
     assert_eq!(p.admission_limit(), Some(p.batch_limit() * k));
     assert!((k as f64 - 0.5) * cost + (tau - 1.0) * cost <= 100e6 * (1.0 + 1e-9));
     assert!((k as f64 + 0.5) * cost + (tau - 1.0) * cost > 100e6);
+    // A batch that ends more than an SLO after the last shed relaxes it.
+    let later = now + 100 * MS + 2;
+    assert!(!p.under_pressure(later));
+    let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
+    p.on_batch_done(p.batch_limit(), cost as u64, 10 * MS, later);
+    let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
+    let k = (100e6 / cost).floor() as usize + 2;
+    assert_eq!(p.admission_limit(), Some(p.batch_limit() * k));
     // An engine slower than the SLO still lets two batches in.
     let mut slow = BatchPolicy::new(BatchConfig::new(10 * MS)).unwrap();
     slow.on_batch_done(1, 30 * MS, 30 * MS, 1);
     assert_eq!(slow.admission_limit(), Some(2 * slow.batch_limit()));
 }
 
-/// Noisy samples (±5% uniform, random batch sizes 1..=32) of a = 8 ms,
-/// b = 1 ms. With the default decay (memory ≈ 10 batches, an effective
-/// sample count of 19) the standard errors are about 0.5 ms for `a` and
-/// 2.5% for `b`; the tolerances below are about three of them.
 #[test]
 fn fit_recovers_a_and_b_from_noisy_samples() {
     let mut rng = Rng(7);
@@ -780,6 +827,28 @@ fn sheds_a_request_that_cannot_make_its_slo_alone() {
     assert_eq!(fresh.shed_count(now, &[now - 40 * MS - 1, now]), 1);
 }
 
+/// A lone request that makes its SLO on the average cost runs; under
+/// pressure it must make it even when its batch runs slow (`τ`).
+#[test]
+fn sheds_a_lone_request_on_the_tail_only_under_pressure() {
+    let mut p = trained(40, 8, 1);
+    // One batch of 4 half as long again as predicted: τ = 1.5.
+    p.on_batch_done(4, 18 * MS, MS, 10);
+    assert!((p.tail_factor() - 1.5).abs() < 1e-9, "{}", p.tail_factor());
+    let cost1 = p.predicted_ns(&p.cost_model().unwrap(), 1);
+    assert!((cost1 - 9e6).abs() < 1.0, "{cost1}");
+    let now = 1_000 * MS;
+    // 28 ms + 9 ms ≤ 40 ms on the average; 28 + 13.5 > 40 in a slow batch.
+    let lone = [now - 28 * MS];
+    assert!(!p.under_pressure(now));
+    assert_eq!(p.shed_count(now, &lone), 0);
+    assert_eq!(p.shed(now - 5 * MS, &[now - 50 * MS]), 1);
+    assert!(p.under_pressure(now));
+    assert_eq!(p.shed_count(now, &lone), 1);
+    // An SLO after that shed, the pressure is off.
+    assert_eq!(p.shed_count(now + 36 * MS, &[now + 36 * MS - 28 * MS]), 0);
+}
+
 #[test]
 fn sheds_the_head_of_a_backlog_that_would_shrink_the_batch() {
     let p = trained(40, 8, 1);
@@ -856,6 +925,89 @@ fn sheds_almost_nothing_at_light_load_on_an_engine_whose_batches_spread() {
             sim.policy.stats().tail_factor
         );
         assert!(failed <= 0.01, "seed {seed}: {:.2}% failed", 100.0 * failed);
+    }
+}
+
+/// A reference for the shedding rules and admission together: a FIFO that
+/// runs batches of one and drops a request (at once, as if refused) only
+/// when the engine's true mean cost says it will end past the SLO — a
+/// policy that knows the engine's mean, which the real one must learn.
+/// Returns the fraction of requests dropped or late. Same arrivals, spans
+/// and engine as [`Sim`] with the same seed draws them (not the same draws:
+/// the comparison is of rates over a long run).
+fn mean_cost_fifo_failures(
+    engine: &Engine,
+    per_s: f64,
+    span: (u64, u64),
+    slo: u64,
+    seed: u64,
+    end_ns: u64,
+) -> f64 {
+    let mut rng = Rng(seed);
+    let arrivals = Arrivals::Poisson { per_s };
+    let mean = engine.mean_ns(1);
+    let (mut t, mut free, mut failed, mut all) = (0u64, 0u64, 0u64, 0u64);
+    loop {
+        t += arrivals.gap_ns(&mut rng).max(1);
+        if t > end_ns {
+            break;
+        }
+        all += 1;
+        let ready = t + span.0 + ((span.1 - span.0) as f64 * rng.unit()) as u64;
+        let start = ready.max(free);
+        let exec = engine.exec_ns(1, &mut rng);
+        if (start - t) as f64 + mean > slo as f64 {
+            failed += 1;
+        } else {
+            free = start + exec;
+            failed += u64::from(free - t > slo);
+        }
+    }
+    failed as f64 / all as f64
+}
+
+/// Capacity at the SLO, the side-by-side's measure: the highest load at
+/// which at most 1% of requests fail (shed, refused or late). The engine is
+/// the spread batch-of-one engine above (squeezenet on the 2-CPU VM,
+/// modelled), 4× SLO, requests arriving over 0.2–2 ms, admission on, at 35%
+/// and 45% of the engine's back-to-back rate. The policy must lose little
+/// to [`mean_cost_fifo_failures`], at most a quarter more (it fails 0.91%
+/// and 2.35%, the reference 0.80% and 1.97%): with the strict rules at all
+/// times (module doc, "Pressure") it failed 1.47% and 3.14%, and so met the
+/// 1% rule at about 32% of the rate where the reference meets it at 37%.
+#[test]
+fn admission_and_shedding_lose_little_to_a_mean_cost_oracle() {
+    let slo = 20_400_000;
+    let engine = Engine::new(0.0, 5.1, 0.15).convex(0.035).spiky(0.3, 1.3);
+    let span = (200_000, 2_000_000);
+    let end = 120_000 * MS;
+    for frac in [0.35, 0.45] {
+        let rate = frac * 1e9 / 5.1e6;
+        let (mut policy, mut reference) = (0.0, 0.0);
+        for seed in [7, 8, 9] {
+            let mut sim = Sim::new(
+                BatchConfig::new(slo),
+                Arrivals::Poisson { per_s: rate },
+                engine,
+                seed,
+            )
+            .with_spans(span.0, span.1)
+            .with_admission();
+            sim.run_until(end);
+            policy += sim.failed_fraction(slo) / 3.0;
+            reference += mean_cost_fifo_failures(&engine, rate, span, slo, seed, end) / 3.0;
+        }
+        eprintln!(
+            "{:.0}% of the engine's rate: {:.2}% failed, the mean-cost FIFO {:.2}%",
+            100.0 * frac,
+            100.0 * policy,
+            100.0 * reference
+        );
+        assert!(
+            policy <= 1.25 * reference,
+            "{:.0}%: {policy} against {reference}",
+            100.0 * frac
+        );
     }
 }
 

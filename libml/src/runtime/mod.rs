@@ -251,9 +251,7 @@ pub fn serve(
     // by the clock, so a request is not left waiting for a timer.
     let (ready_rings, ready_dozing) = (AtomicU64::new(0), AtomicU64::new(0));
     let ready_bell = Doorbell::new(&ready_rings, &ready_dozing);
-    // The batching policy's admission limit, from the inference thread to
-    // the fragment thread's reassembler (`Reassembler::set_handed_limit`).
-    let admission = AtomicUsize::new(usize::MAX);
+    let admission = Admission::default();
     let latest_batching = SeqCell::new(policy.stats().to_words());
     let latest_device = DeviceCell::default();
     let (span, buffers) = pool.split_slots();
@@ -432,7 +430,7 @@ fn fragment_loop<'p>(
     now_ns: &dyn Fn() -> u64,
     counters: &mut DriverCounters,
     stats: &mut SuccessionStats,
-    admission: &AtomicUsize,
+    admission: &Admission,
     yield_on_handover: bool,
 ) {
     let me = std::process::id();
@@ -569,7 +567,8 @@ fn fragment_loop<'p>(
             // one request outstanding behind a 4× SLO: 20% refused).
             take_back_slots(returned, reassembler, slots);
         }
-        reassembler.set_handed_limit(admission.load(Ordering::Relaxed));
+        reassembler.set_handed_limit(admission.limit.load(Ordering::Relaxed));
+        let refused_before = reassembler.counters().requests_overloaded;
         // The frames are read in place; those of a predecessor's requests
         // are marked here and sent back below, the rest freed in bulk.
         let mut to_forward = 0u32;
@@ -674,6 +673,9 @@ fn fragment_loop<'p>(
                 FragmentOutcome::Duplicate | FragmentOutcome::Late | FragmentOutcome::Malformed => {
                 }
             }
+        }
+        if reassembler.counters().requests_overloaded != refused_before {
+            admission.refused_ns.store(now, Ordering::Relaxed);
         }
         if completed {
             ready_bell.ring();
@@ -909,7 +911,7 @@ fn inference_loop<'p>(
     span: pool::PoolSpan<'p>,
     latest_batching: &SeqCell<{ BatchStats::WORDS }>,
     latest_device: &DeviceCell,
-    admission: &AtomicUsize,
+    admission: &Admission,
     mode: &ModeCell,
     publish: Option<Publish<'_>>,
     mut trace: Option<&mut RequestTrace>,
@@ -952,6 +954,7 @@ fn inference_loop<'p>(
         arrivals.clear();
         arrivals.extend(queue.iter().map(|r| r.first_seen_ns));
         // Shed what can no longer meet its SLO.
+        policy.note_refused(admission.refused_ns.load(Ordering::Relaxed));
         let shed = policy.shed(now, &arrivals);
         if shed > 0 {
             let mut answers = answerer.burst(shed);
@@ -1106,12 +1109,33 @@ fn inference_loop<'p>(
             publish(&Publication::Provisioning { report });
         }
         latest_batching.store(policy.stats().to_words());
-        admission.store(
+        admission.limit.store(
             policy.admission_limit().unwrap_or(usize::MAX),
             Ordering::Relaxed,
         );
         if let Some(d) = engine.device_stats() {
             latest_device.store(&d);
+        }
+    }
+}
+
+/// Admission, between the two threads: the batching policy's limit, set by
+/// the inference thread after each batch for the fragment thread's
+/// reassembler (`Reassembler::set_handed_limit`), and when the fragment
+/// thread last answered a new request OVERLOADED (0: never), which the
+/// policy counts as pressure (`BatchPolicy::note_refused`): it does not
+/// see those requests otherwise.
+#[derive(Debug)]
+struct Admission {
+    limit: AtomicUsize,
+    refused_ns: AtomicU64,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            limit: AtomicUsize::new(usize::MAX),
+            refused_ns: AtomicU64::new(0),
         }
     }
 }
