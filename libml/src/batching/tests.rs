@@ -849,6 +849,51 @@ fn sheds_a_lone_request_on_the_tail_only_under_pressure() {
     assert_eq!(p.shed_count(now + 36 * MS, &[now + 36 * MS - 28 * MS]), 0);
 }
 
+/// Pressure (module doc): a refusal at admission, which only the driver
+/// sees, counts for an SLO, as a shed does; 0 (no refusal yet) and a time
+/// older than the latest are ignored.
+#[test]
+fn a_refusal_at_admission_is_pressure_for_an_slo() {
+    let mut p = trained(40, 8, 1);
+    let now = 1_000 * MS;
+    p.note_refused(0);
+    assert!(!p.under_pressure(now));
+    p.note_refused(now);
+    assert!(p.under_pressure(now + 40 * MS));
+    assert!(!p.under_pressure(now + 40 * MS + 1));
+    p.note_refused(now - 10 * MS);
+    assert!(!p.under_pressure(now + 40 * MS + 1), "an older refusal");
+}
+
+/// Pressure (module doc): a queue that has held requests for longer than
+/// an SLO without emptying, however it is served; a dispatch that takes
+/// the whole queue, or a shed that empties it, ends the backlog.
+#[test]
+fn a_backlog_that_does_not_empty_for_an_slo_is_pressure() {
+    let mut p = trained(40, 8, 1);
+    let t0 = 1_000 * MS;
+    // The engine busy, requests queued from t0 on.
+    assert_eq!(p.decide(t0, &[t0], false), Decision::Idle);
+    assert!(!p.under_pressure(t0 + 40 * MS));
+    assert!(p.under_pressure(t0 + 40 * MS + 1));
+    // The engine free: the whole queue goes, the backlog with it.
+    let now = t0 + 41 * MS;
+    assert!(matches!(
+        p.decide(now, &[now - MS], true),
+        Decision::Dispatch { batch: 1 }
+    ));
+    assert!(!p.under_pressure(now + 39 * MS));
+    // A backlog again, emptied by shedding all of it.
+    let t1 = now + MS;
+    assert_eq!(p.decide(t1, &[t1], false), Decision::Idle);
+    let late = t1 + 60 * MS;
+    assert_eq!(p.shed(late, &[t1]), 1);
+    assert!(
+        !p.under_pressure(late + 40 * MS + 1),
+        "no backlog left, the shed an SLO old"
+    );
+}
+
 #[test]
 fn sheds_the_head_of_a_backlog_that_would_shrink_the_batch() {
     let p = trained(40, 8, 1);
