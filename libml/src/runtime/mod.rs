@@ -1099,6 +1099,9 @@ fn inference_loop<'p>(
         telemetry.on_batch(n, exec_ns / 1000);
         // One system call per batch: next to a batch, nothing.
         telemetry.on_inference_cpu(kp_os::affinity::thread_cpu_ns() - cpu_base);
+        // Refusals while the batch ran count for the admission limit set
+        // below, not only for the next shedding.
+        policy.note_refused(admission.refused_ns.load(Ordering::Relaxed));
         let report = policy.on_batch_done(n, exec_ns, worst, finished);
         match report {
             Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,
