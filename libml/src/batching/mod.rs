@@ -120,8 +120,7 @@
 //! **Shedding.** A request that cannot meet its SLO even if run alone right
 //! now (`now − arrival + cost(1) > slo`) is shed. Under overload (more than
 //! a batch limit is queued) a head request that could not finish within the
-//! budget in a batch of the limit is shed as well. How strictly both rules
-//! read depends on the pressure (below). Without that rule a
+//! budget in a batch of the limit is shed as well. Without that rule a
 //! backlog makes the oldest request cap every batch to one or two and
 //! throughput collapses exactly when it is needed: in the simulation of the
 //! tests (a = 8 ms, b = 1 ms, SLO 40 ms, capacity 556/s at batch 10) goodput
@@ -129,7 +128,8 @@
 //! stays at 530/s. Testing against the SLO instead of the budget kept only
 //! 410/s: a head between the two makes the next batch smaller. A batch
 //! limit of one cannot be made smaller, so there the head is tested against
-//! the SLO when there is no pressure.
+//! the SLO when there is no pressure. How strictly both rules read depends
+//! on the pressure.
 //!
 //! **Pressure.** Whether a request that may still make its SLO gets its
 //! chance depends on what its engine time costs the others. The policy is
