@@ -19,10 +19,10 @@ use std::time::Duration;
 use anyhow::{ensure, Context, Result};
 use kneepoint_tests::platform::af_packet_vdev;
 use kneepoint_tests::{
-    bin, control, dpdk_files_left, expect, file_prefix, read_json, repo_root, run, wait_for_stats,
-    IfManager, NetnsPair, Scratch,
+    bin, control, dpdk_files_left, expect, file_prefix, kp_client_closed_loop, read_json,
+    repo_root, run, wait_for_stats, IfManager, NetnsPair, Scratch,
 };
-use serde_json::{json, Value};
+use serde_json::json;
 
 /// Starts the if-manager inside the platform namespace on its veth end.
 fn start_if_manager(net: &NetnsPair, prefix: &str, options: &[&str]) -> Result<IfManager> {
@@ -226,29 +226,22 @@ fn kp_client_over_veth_gets_exactly_one_unknown_if_error_per_request() -> Result
     );
 
     let requests = 300;
-    let out = run(Command::new("ip")
-        .args(["netns", "exec", net.get("CLIENT_NS")])
-        .arg(bin("kp-client"))
-        .arg("--dst")
-        .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args([
-            "--if-id",
-            "7",
+    let client = kp_client_closed_loop(
+        Command::new("ip")
+            .args(["netns", "exec", net.get("CLIENT_NS")])
+            .arg(bin("kp-client")),
+        &format!("{}:9000", net.get("PLATFORM_IP")),
+        7,
+        requests,
+        &[
             "--shape",
             "32x32x3",
             "--concurrency",
             "8",
             "--timeout",
             "2s",
-        ])
-        .args([
-            "--requests",
-            &requests.to_string(),
-            "--json",
-            "--expect-all-answered",
-        ]))?;
-    let client: Value =
-        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
+        ],
+    )?;
     let report = ifm.stop()?;
 
     ensure!(client["sent"] == requests, "client: {client}");

@@ -14,7 +14,7 @@ use anyhow::{ensure, Context, Result};
 use kneepoint_tests::platform::{af_packet_vdev, eal, Platform};
 use kneepoint_tests::{
     answers, bin, datagrams_lost, datagrams_received, datagrams_sent, dpdk_files_left,
-    expect_statuses, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch,
+    expect_statuses, file_prefix, kp_client_closed_loop, repo_root, Daemon, NetnsPair, Scratch,
 };
 use serde_json::Value;
 
@@ -43,30 +43,24 @@ fn thread_cpus(pid: u32) -> Result<Vec<(u32, String)>> {
 }
 
 /// kp-client (`client`: the command that runs it, from the client's
-/// namespace) closed loop to `dst` (IP:9000), `concurrency` outstanding,
+/// namespace) closed loop to IF 1 at `dst`, `concurrency` outstanding,
 /// `requests` synthetic images, every one answered: its JSON report.
 fn closed_loop(client: &mut Command, dst: &str, concurrency: u32, requests: u64) -> Result<Value> {
-    let out = run(client
-        .args([
-            "--dst",
-            dst,
-            "--if-id",
-            "1",
+    let concurrency = concurrency.to_string();
+    kp_client_closed_loop(
+        client,
+        dst,
+        1,
+        requests,
+        &[
             "--timeout",
             "5s",
             "--input",
             "synthetic",
-        ])
-        .args(["--concurrency", &concurrency.to_string()])
-        .args([
-            "--requests",
-            &requests.to_string(),
-            "--json",
-            "--expect-all-answered",
-        ]))?;
-    Ok(serde_json::from_str(
-        out.lines().last().context("kp-client printed nothing")?,
-    )?)
+            "--concurrency",
+            &concurrency,
+        ],
+    )
 }
 
 /// kp-if's `--trace`: one record per request it inferred (every OK answer

@@ -6,10 +6,9 @@
 //! bytes). Every request gets exactly one OK answer with the right result,
 //! and the if-manager counts no fragment `segmented` or malformed.
 
-use anyhow::{ensure, Context, Result};
+use anyhow::{ensure, Result};
 use kneepoint_tests::platform::{classify_coffee, Platform, Reports};
-use kneepoint_tests::{bin, repo_root, run};
-use serde_json::Value;
+use kneepoint_tests::{bin, kp_client_closed_loop, repo_root};
 
 /// The veth MTU of these tests.
 const JUMBO_MTU: u32 = 9000;
@@ -47,25 +46,22 @@ fn squeezenet_requests_in_4_kib_fragments_are_each_answered_ok() -> Result<()> {
         &repo_root().join("models/squeezenet/config.toml"),
         Some(JUMBO_MTU),
     )?;
-    let out = run(platform.client_command(&bin("kp-client")).args([
-        "--dst",
+    let client = kp_client_closed_loop(
+        &mut platform.client_command(&bin("kp-client")),
         &platform.address(),
-        "--if-id",
-        "1",
-        "--timeout",
-        "5s",
-        "--input",
-        "synthetic",
-        "--frag-size",
-        "4096",
-        "--requests",
-        &requests.to_string(),
-        "--json",
-        "--expect-all-answered",
-    ]))?;
+        1,
+        requests,
+        &[
+            "--timeout",
+            "5s",
+            "--input",
+            "synthetic",
+            "--frag-size",
+            "4096",
+        ],
+    );
     let reports = platform.stop()?;
-    let client: Value =
-        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
+    let client = client?;
     ensure!(
         client["sent"] == requests
             && client["answered"] == requests

@@ -23,7 +23,8 @@ use kneepoint_tests::orchestrator::{
 };
 use kneepoint_tests::{
     answers, bin, control, datagrams_lost, datagrams_received, datagrams_sent, dpdk_files_left,
-    expect_statuses, file_prefix, repo_root, BackgroundClient, NetnsPair, Scratch,
+    expect_statuses, file_prefix, kp_client_closed_loop, repo_root, BackgroundClient, NetnsPair,
+    Scratch,
 };
 use serde_json::{json, Value};
 
@@ -109,31 +110,22 @@ fn received(ifm_control: &str) -> Result<u64> {
 
 /// kp-client sends `n` requests closed loop and wants every one answered.
 fn all_answered(net: &NetnsPair, if_id: &str, n: u32) -> Result<Value> {
-    let out = Command::new("ip")
-        .args(["netns", "exec", net.get("CLIENT_NS")])
-        .arg(bin("kp-client"))
-        .arg("--dst")
-        .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args(["--if-id", if_id, "--timeout", "5s"])
-        .args(["--concurrency", &CONCURRENCY.to_string()])
-        .args([
+    kp_client_closed_loop(
+        Command::new("ip")
+            .args(["netns", "exec", net.get("CLIENT_NS")])
+            .arg(bin("kp-client")),
+        &format!("{}:9000", net.get("PLATFORM_IP")),
+        if_id.parse()?,
+        n.into(),
+        &[
+            "--timeout",
+            "5s",
+            "--concurrency",
+            &CONCURRENCY.to_string(),
             "--input",
             "synthetic",
-            "--requests",
-            &n.to_string(),
-            "--json",
-        ])
-        .arg("--expect-all-answered")
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    ensure!(
-        out.status.success(),
-        "kp-client: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(serde_json::from_str(
-        text.lines().last().context("kp-client printed nothing")?,
-    )?)
+        ],
+    )
 }
 
 /// `kpctl status` run as `nobody` fails at once with "permission denied"

@@ -62,7 +62,7 @@ use kneepoint_tests::orchestrator::{
 };
 use kneepoint_tests::{
     bin, control, datagrams_lost, datagrams_received, dpdk_files_left, file_prefix, read_record,
-    repo_root, run, vm_rss_kib, BackgroundClient, NetnsPair, Recorded, Scratch,
+    repo_root, run_report, vm_rss_kib, BackgroundClient, NetnsPair, Recorded, Scratch,
 };
 use serde_json::{json, Value};
 
@@ -158,10 +158,7 @@ fn kp_client(net: &NetnsPair, if_id: u16, record: &Path, cpus: &str, args: &[&st
 
 /// Runs a kp-client to its end and returns its report.
 fn run_client(mut cmd: Command) -> Result<Value> {
-    let text = run(&mut cmd)?;
-    Ok(serde_json::from_str(
-        text.lines().last().context("kp-client printed nothing")?,
-    )?)
+    run_report(&mut cmd)
 }
 
 /// OK answers per second of a closed-loop run.

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
 use kneepoint_tests::orchestrator::{all_active, wait_for, write_config, Orchestrator};
-use kneepoint_tests::{bin, file_prefix, repo_root, NetnsPair, Scratch};
+use kneepoint_tests::{bin, file_prefix, kp_client_closed_loop, repo_root, NetnsPair, Scratch};
 use serde_json::Value;
 
 /// Requests the client sends: enough for every series to move, few enough
@@ -257,23 +257,22 @@ fn prometheus_scrapes_what_the_client_counted() -> Result<()> {
     wait_for(&endpoint, "if 1 active", |s| all_active(s, 1))?;
     let prom = Prometheus::start(dir.path("prometheus"), &format!("127.0.0.1:{metrics_port}"))?;
 
-    let out = Command::new("ip")
-        .args(["netns", "exec", net.get("CLIENT_NS")])
-        .arg(bin("kp-client"))
-        .arg("--dst")
-        .arg(format!("{}:9000", net.get("PLATFORM_IP")))
-        .args(["--if-id", "1", "--timeout", "5s"])
-        .args(["--concurrency", &concurrency.to_string()])
-        .args(["--input", "synthetic", "--requests", &requests.to_string()])
-        .args(["--json", "--expect-all-answered"])
-        .output()?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    ensure!(
-        out.status.success(),
-        "kp-client: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let client: Value = serde_json::from_str(text.lines().last().context("no report")?)?;
+    let client = kp_client_closed_loop(
+        Command::new("ip")
+            .args(["netns", "exec", net.get("CLIENT_NS")])
+            .arg(bin("kp-client")),
+        &format!("{}:9000", net.get("PLATFORM_IP")),
+        1,
+        requests.into(),
+        &[
+            "--timeout",
+            "5s",
+            "--concurrency",
+            &concurrency.to_string(),
+            "--input",
+            "synthetic",
+        ],
+    )?;
     let ok = client["status"]["ok"].as_u64().context("status.ok")? as f64;
     ensure!(client["answered"] == requests, "kp-client: {client}");
     let datagrams = client["datagrams_sent"]

@@ -98,6 +98,38 @@ pub fn run(cmd: &mut Command) -> Result<String> {
     Ok(stdout)
 }
 
+/// The JSON report a tool prints as the last line of its standard output
+/// (kp-client's `--json`).
+pub fn last_json_line(stdout: &str) -> Result<Value> {
+    let last = stdout.lines().last().context("it printed nothing")?;
+    serde_json::from_str(last).with_context(|| format!("its report: {last}"))
+}
+
+/// [`run`]s a tool that ends by printing its JSON report, and returns the
+/// report ([`last_json_line`]).
+pub fn run_report(cmd: &mut Command) -> Result<Value> {
+    last_json_line(&run(cmd)?)
+}
+
+/// kp-client closed loop (`cmd`: the command that starts it, e.g. in the
+/// client's namespace): `requests` requests to IF `if_id` at `dst`
+/// (`IP:PORT`), each of them answered (`--expect-all-answered`), with
+/// `args` for the rest (input, concurrency, timeout, ...); its report.
+pub fn kp_client_closed_loop(
+    cmd: &mut Command,
+    dst: &str,
+    if_id: u32,
+    requests: u64,
+    args: &[&str],
+) -> Result<Value> {
+    run_report(
+        cmd.args(["--dst", dst, "--if-id", &if_id.to_string()])
+            .args(["--requests", &requests.to_string()])
+            .args(args)
+            .args(["--json", "--expect-all-answered"]),
+    )
+}
+
 /// A running platform process (`if-manager`, `kp-if`) whose stderr is
 /// watched and whose last stdout line is its final JSON report.
 #[derive(Debug)]
@@ -769,8 +801,7 @@ impl BackgroundClient {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let last = text.lines().last().context("kp-client printed nothing")?;
-        serde_json::from_str(last).with_context(|| format!("kp-client's report: {last}"))
+        last_json_line(&text).context("kp-client")
     }
 }
 

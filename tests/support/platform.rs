@@ -10,7 +10,7 @@ use std::process::Command;
 use anyhow::{ensure, Context, Result};
 use serde_json::Value;
 
-use crate::{bin, dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch};
+use crate::{bin, dpdk_files_left, file_prefix, repo_root, run_report, Daemon, NetnsPair, Scratch};
 
 /// EAL options of one process of a test platform (`extra` after the
 /// common ones): the one copy every cross-process test uses.
@@ -228,25 +228,25 @@ pub fn classify_coffee_with(
         mtu,
         kp_if_extra,
     )?;
-    let out = run(platform
-        .client_command(&bin("kp-client"))
-        .args([
-            "--dst",
-            &platform.address(),
-            "--if-id",
-            "10",
-            "--timeout",
-            "5s",
-        ])
-        .args(extra)
-        .arg("--models")
-        .arg(&models)
-        .arg("--json")
-        .arg("--image")
-        .arg(&photo))?;
+    let answer = run_report(
+        platform
+            .client_command(&bin("kp-client"))
+            .args([
+                "--dst",
+                &platform.address(),
+                "--if-id",
+                "10",
+                "--timeout",
+                "5s",
+            ])
+            .args(extra)
+            .arg("--models")
+            .arg(&models)
+            .arg("--json")
+            .arg("--image")
+            .arg(&photo),
+    )?;
     let reports = platform.stop()?;
-    let answer: Value =
-        serde_json::from_str(out.lines().last().context("kp-client printed nothing")?)?;
     eprintln!("kp-client --image {extra:?}: {answer}");
     let top1 = &answer["top_k"][0];
     ensure!(
