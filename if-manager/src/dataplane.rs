@@ -45,7 +45,7 @@ use crate::port_stats::PORT_STATS_EVERY;
 use crate::routes::{RouteChange, RouteTable};
 use crate::shed::{shed_headroom, wakes_the_if, Shedder, Staged};
 use kp_wire::answered::{Answer, AnsweredTable};
-use libml::backoff::{doze_before_answer, IdleAction, IdleBackoff, IdleWait};
+use libml::backoff::{doze_before_answers, IdleAction, IdleBackoff, IdleWait};
 use libml::runtime::handover::TxBell;
 
 /// Frames per RX burst (DPDK's customary 32: enough to amortise the PMD
@@ -207,8 +207,8 @@ impl DataPlane<'_> {
                     let rung = bell.seen();
                     if self.tx_ring.count() == 0 {
                         // Polling, not dozing, when an IF's answers are due.
-                        let due = self.routes.earliest_answer_due();
-                        match doze_before_answer(d, kp_os::affinity::monotonic_ns(), due) {
+                        let now = kp_os::affinity::monotonic_ns();
+                        match doze_before_answers(d, now, self.routes.answer_windows()) {
                             IdleWait::Doze(d) => bell.doze(rung, d),
                             IdleWait::Poll => std::hint::spin_loop(),
                         }

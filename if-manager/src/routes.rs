@@ -126,16 +126,14 @@ impl<R> RouteTable<R> {
         }
     }
 
-    /// When the earliest batch running in a routed IF should end
-    /// (monotonic ns, `IfControl::answer_due_ns`), 0 if none says.
-    pub fn earliest_answer_due(&self) -> u64 {
+    /// When the batches running in the routed IFs should end
+    /// (`IfControl::answer_window`: open, close; monotonic ns).
+    pub fn answer_windows(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.live
             .iter()
             .filter_map(|&id| self.routes[usize::from(id)].as_ref()?.control.as_ref())
-            .map(|c| c.answer_due_ns())
-            .filter(|&t| t != 0)
-            .min()
-            .unwrap_or(0)
+            .map(|c| c.answer_window())
+            .filter(|&(open, _)| open != 0)
     }
 
     /// Takes every route out of the table (at shutdown, to drain rings).
@@ -186,7 +184,7 @@ mod tests {
         table.apply_updates(|_| {});
         assert_eq!(table.live, [3]);
         // No control block, nobody to say when answers are due.
-        assert_eq!(table.earliest_answer_due(), 0);
+        assert_eq!(table.answer_windows().count(), 0);
 
         let (back_tx, back_rx) = channel();
         tx.send(RouteUpdate::Remove(IfId(3), back_tx.clone()))

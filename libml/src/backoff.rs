@@ -35,9 +35,12 @@
 //! (`runtime::handover::TxBell`) for the same time: an IF's answers end
 //! them, so an answer does not wait for the sleep (up to the 500 µs cap)
 //! to end; received packets still do. Where an IF says when its running
-//! batch should end (`IfControl::set_answer_due`), the doze ends
-//! [`ANSWER_LEAD`] before, and the if-manager polls until the answers come
-//! ([`doze_before_answer`]): the wake-up is then not on their way out.
+//! batch should end (`IfControl::set_answer_due`: a window, from the IF's
+//! own record of how far its batches end from their prediction,
+//! [`AnswerWindow`]), the doze ends [`ANSWER_LEAD`] before the window
+//! opens and the if-manager polls until it closes
+//! ([`doze_before_answers`]): the wake-up is then not on the answers' way
+//! out, and the polling lasts only as long as the engine's own spread.
 //!
 //! The sleeps end up to the thread's timer slack late: 50 µs by default,
 //! so the 10 µs first sleep lasts up to 60 µs. `if-manager
@@ -57,46 +60,201 @@ pub const MIN_SLEEP: Duration = Duration::from_micros(10);
 /// Longest sleep.
 pub const MAX_SLEEP: Duration = Duration::from_micros(500);
 
-/// How long before an inference function's batch should end a poll loop
-/// that waits for its answers stops dozing. The end is predicted from the
-/// batch's mean cost, and batches spread around it: on the VM, squeezenet's
-/// batches of 1 ended within −92..+54 µs of a running mean half the time,
-/// −190..+151 µs 80% of the time. The lead covers most early ends and the
-/// doze's own lateness (the timer slack, 50 µs by default); a lead of
-/// 60 µs caught 45% of the answers polling.
-pub const ANSWER_LEAD: Duration = Duration::from_micros(150);
+/// How long before an inference function's answers may come a poll loop
+/// that waits for them stops dozing: the doze's own lateness (the timer
+/// slack, 50 µs by default, and the wake-up).
+pub const ANSWER_LEAD: Duration = Duration::from_micros(60);
 
-/// How long past that time the loop keeps polling for the answers before
-/// it dozes again (a batch that runs long rings the doorbell when done).
-pub const ANSWER_SPIN_MAX: Duration = Duration::from_micros(300);
+/// How long past the end of an answer window (or past a due time given
+/// without one) the loop keeps polling before it dozes again; a batch that
+/// runs longer rings the doorbell when done.
+pub const ANSWER_SPIN_MAX: Duration = Duration::from_micros(50);
+
+/// The window an IF gives before it has seen enough batches end
+/// ([`AnswerWindow`]): this long before the predicted end to
+/// [`WINDOW_AFTER_DEFAULT`] after it. On the VM, squeezenet's warm batches
+/// of 1 ended within −92..+54 µs of a running mean half the time and
+/// −190..+151 µs 80% of the time.
+pub const WINDOW_BEFORE_DEFAULT: Duration = Duration::from_micros(100);
+/// See [`WINDOW_BEFORE_DEFAULT`].
+pub const WINDOW_AFTER_DEFAULT: Duration = Duration::from_micros(250);
+
+/// The widest window an IF gives: past it the polling would cost more
+/// CPU than the wake-up it saves is worth.
+pub const WINDOW_MAX: Duration = Duration::from_millis(2);
 
 /// What a poll loop does where the back-off says sleep, given when an
-/// inference function's answers are due ([`doze_before_answer`]).
+/// inference function's answers are due ([`doze_before_answers`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdleWait {
     /// Doze this long (on a doorbell that an answer also rings).
     Doze(Duration),
-    /// Keep polling: answers are due within [`ANSWER_LEAD`].
+    /// Keep polling: answers are due.
     Poll,
 }
 
 /// The back-off's `sleep` for a loop that sends inference functions'
-/// answers, shortened so that it is polling, not dozing, when the earliest
-/// running batch should end (`due_ns`, monotonic; 0: none runs). Waking
-/// a dozing if-manager through the TX doorbell costs the inference thread
-/// a futex wake and the answer the if-manager's wake-up: ~50 µs on a VM
-/// (docs/PERFORMANCE.md). A due time more than [`ANSWER_SPIN_MAX`] past is
-/// ignored (the batch runs long, or the hint is stale).
-pub fn doze_before_answer(sleep: Duration, now_ns: u64, due_ns: u64) -> IdleWait {
+/// answers, shortened so that it is polling, not dozing, while some IF's
+/// answers are due: from [`ANSWER_LEAD`] before a window `(open, close)`
+/// (monotonic ns, `IfControl::answer_window`; open 0: no batch runs)
+/// until [`ANSWER_SPIN_MAX`] after it closes. Waking a dozing if-manager
+/// through the TX doorbell costs the inference thread a futex wake and the
+/// answer the if-manager's wake-up: ~50 µs on a VM (docs/PERFORMANCE.md).
+/// A window long past is ignored (the batch runs long, or the hint is
+/// stale): its answers ring the doorbell.
+pub fn doze_before_answers(
+    sleep: Duration,
+    now_ns: u64,
+    windows: impl IntoIterator<Item = (u64, u64)>,
+) -> IdleWait {
     let lead = ANSWER_LEAD.as_nanos() as u64;
-    if due_ns == 0 || now_ns > due_ns.saturating_add(ANSWER_SPIN_MAX.as_nanos() as u64) {
-        return IdleWait::Doze(sleep);
+    let after = ANSWER_SPIN_MAX.as_nanos() as u64;
+    let mut doze = sleep;
+    for (open, close) in windows {
+        if open == 0 {
+            continue;
+        }
+        // A window without its end (or a torn read of the two words):
+        // the default span after the opening.
+        let close = close.max(open);
+        if now_ns > close.saturating_add(after) {
+            continue;
+        }
+        let wake = open.saturating_sub(lead);
+        if now_ns >= wake {
+            return IdleWait::Poll;
+        }
+        doze = doze.min(Duration::from_nanos(wake - now_ns));
     }
-    let wake = due_ns.saturating_sub(lead);
-    if now_ns >= wake {
-        return IdleWait::Poll;
+    IdleWait::Doze(doze)
+}
+
+/// How many recent batch ends [`AnswerWindow`] remembers per kind.
+const WINDOW_SAMPLES: usize = 32;
+/// Batches of a kind seen before [`AnswerWindow`] trusts its record.
+const WINDOW_MIN_SAMPLES: usize = 8;
+/// An engine idle this long before a batch starts it cold: its caches
+/// and the CPU's clocks have moved on, and it runs 16–22% slower than
+/// back to back (kp-engine-bench `--gap-ms`, docs/PERFORMANCE.md).
+pub const COLD_AFTER: Duration = Duration::from_millis(1);
+
+/// An IF's record of how far its batches end from the policy's
+/// prediction, for the window it publishes around each batch's end
+/// (`IfControl::set_answer_window`). Batches that start on an engine that
+/// idled ([`COLD_AFTER`]) and those that run back to back spread
+/// differently (on the VM: ±600 µs against ±150 µs for squeezenet's
+/// batch of 1), so each kind keeps its own record: the last
+/// `WINDOW_SAMPLES` errors relative to the prediction. The window runs from
+/// the 10th to the 90th percentile of those, at most [`WINDOW_MAX`] wide;
+/// before a kind has [`WINDOW_MIN_SAMPLES`] it is the default span
+/// ([`WINDOW_BEFORE_DEFAULT`], [`WINDOW_AFTER_DEFAULT`]).
+///
+/// Sans-IO and allocation-free: the inference thread calls
+/// [`window`](Self::window) before each batch and
+/// [`record`](Self::record) after it.
+#[derive(Clone, Debug)]
+pub struct AnswerWindow {
+    kinds: [ErrorRecord; 2],
+}
+
+#[derive(Clone, Debug)]
+struct ErrorRecord {
+    /// (actual − predicted) / predicted, newest at `next - 1`.
+    errors: [f32; WINDOW_SAMPLES],
+    next: usize,
+    len: usize,
+}
+
+impl ErrorRecord {
+    const EMPTY: ErrorRecord = ErrorRecord {
+        errors: [0.0; WINDOW_SAMPLES],
+        next: 0,
+        len: 0,
+    };
+
+    fn push(&mut self, e: f32) {
+        self.errors[self.next] = e;
+        self.next = (self.next + 1) % WINDOW_SAMPLES;
+        self.len = (self.len + 1).min(WINDOW_SAMPLES);
     }
-    IdleWait::Doze(sleep.min(Duration::from_nanos(wake - now_ns)))
+
+    /// The 10th and 90th percentiles (nearest rank), if enough are known.
+    fn spread(&self) -> Option<(f32, f32)> {
+        if self.len < WINDOW_MIN_SAMPLES {
+            return None;
+        }
+        let mut sorted = self.errors;
+        let sorted = &mut sorted[..self.len];
+        sorted.sort_unstable_by(f32::total_cmp);
+        let rank = |q: f32| sorted[((q * self.len as f32).ceil() as usize).clamp(1, self.len) - 1];
+        Some((rank(0.1), rank(0.9)))
+    }
+}
+
+impl Default for AnswerWindow {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AnswerWindow {
+    /// An empty record: default windows until batches end.
+    pub fn new() -> Self {
+        AnswerWindow {
+            kinds: [ErrorRecord::EMPTY, ErrorRecord::EMPTY],
+        }
+    }
+
+    fn kind(idle: Duration) -> usize {
+        usize::from(idle >= COLD_AFTER)
+    }
+
+    /// When a batch predicted to take `predicted_ns`, starting at
+    /// `start_ns` on an engine idle for `idle`, should end: `(open,
+    /// close)`, monotonic ns, `0 < open <= close`.
+    pub fn window(&self, start_ns: u64, predicted_ns: u64, idle: Duration) -> (u64, u64) {
+        let end = start_ns.saturating_add(predicted_ns);
+        let (before, after) = match self.kinds[Self::kind(idle)].spread() {
+            Some((lo, hi)) => {
+                let p = predicted_ns as f64;
+                let before = (-(lo as f64) * p).round() as i64;
+                let after = ((hi as f64) * p).round() as i64;
+                (before, after)
+            }
+            None => (
+                WINDOW_BEFORE_DEFAULT.as_nanos() as i64,
+                WINDOW_AFTER_DEFAULT.as_nanos() as i64,
+            ),
+        };
+        // Never 0, which says that no batch runs.
+        let open = offset(end, -before).max(1);
+        let close = offset(end, after).max(open);
+        let max = WINDOW_MAX.as_nanos() as u64;
+        if close - open <= max {
+            return (open, close);
+        }
+        // Too wide: the part of it nearest the predicted end.
+        let open = open.max(end.saturating_sub(max / 2)).min(close);
+        (open, close.min(open + max))
+    }
+
+    /// A batch predicted to take `predicted_ns` on an engine idle for
+    /// `idle` took `actual_ns`.
+    pub fn record(&mut self, predicted_ns: u64, actual_ns: u64, idle: Duration) {
+        if predicted_ns == 0 {
+            return;
+        }
+        let e = (actual_ns as f64 - predicted_ns as f64) / predicted_ns as f64;
+        self.kinds[Self::kind(idle)].push(e as f32);
+    }
+}
+
+fn offset(t: u64, by: i64) -> u64 {
+    if by >= 0 {
+        t.saturating_add(by as u64)
+    } else {
+        t.saturating_sub(by.unsigned_abs())
+    }
 }
 
 /// What to do after a poll.
@@ -157,35 +315,149 @@ mod tests {
     use super::*;
 
     #[test]
-    fn dozes_until_shortly_before_an_answer_is_due_then_polls_for_a_while() {
+    fn dozes_until_shortly_before_an_answer_window_then_polls_through_it() {
         let us = |n: u64| Duration::from_micros(n);
         let t = 1_000_000_000u64; // now
         let sleep = us(500);
         // No batch running: the back-off's sleep.
-        assert_eq!(doze_before_answer(sleep, t, 0), IdleWait::Doze(sleep));
-        // Due in 5 ms: the sleep is shorter anyway.
+        assert_eq!(doze_before_answers(sleep, t, []), IdleWait::Doze(sleep));
         assert_eq!(
-            doze_before_answer(sleep, t, t + 5_000_000),
+            doze_before_answers(sleep, t, [(0, 0)]),
             IdleWait::Doze(sleep)
         );
-        // Due in 400 µs: doze until 150 µs before.
+        // Opens in 5 ms: the sleep is shorter anyway.
         assert_eq!(
-            doze_before_answer(sleep, t, t + 400_000),
-            IdleWait::Doze(us(250))
+            doze_before_answers(sleep, t, [(t + 5_000_000, t + 5_400_000)]),
+            IdleWait::Doze(sleep)
         );
-        // Due within the lead, now, or up to 300 µs late: poll.
-        for due in [t + 150_000, t + 1, t, t - 300_000] {
+        // Opens in 400 µs: doze until the lead (60 µs) before.
+        assert_eq!(
+            doze_before_answers(sleep, t, [(t + 400_000, t + 900_000)]),
+            IdleWait::Doze(us(340))
+        );
+        // Within the lead, open, or closed less than 50 µs ago: poll.
+        for (open, close) in [
+            (t + 60_000, t + 100_000),
+            (t + 1, t + 1),
+            (t - 800_000, t + 100_000),
+            (t - 900_000, t - 50_000),
+        ] {
             assert_eq!(
-                doze_before_answer(sleep, t, due),
+                doze_before_answers(sleep, t, [(open, close)]),
                 IdleWait::Poll,
-                "due {due}"
+                "window {open}..{close}"
             );
         }
-        // Longer past due: the doorbell will say when it is done.
+        // Closed longer ago: the doorbell will say when it is done.
         assert_eq!(
-            doze_before_answer(sleep, t, t - 300_001),
+            doze_before_answers(sleep, t, [(t - 900_000, t - 50_001)]),
             IdleWait::Doze(sleep)
         );
+        // A window read without its end counts as closing when it opens.
+        assert_eq!(
+            doze_before_answers(sleep, t, [(t - 50_000, 0)]),
+            IdleWait::Poll
+        );
+        assert_eq!(
+            doze_before_answers(sleep, t, [(t - 50_001, 0)]),
+            IdleWait::Doze(sleep)
+        );
+        // Several IFs: any open window polls; else the earliest opening.
+        assert_eq!(
+            doze_before_answers(
+                sleep,
+                t,
+                [
+                    (t - 900_000, t - 800_000),
+                    (t + 300_000, t + 400_000),
+                    (t + 200_000, t + 900_000)
+                ]
+            ),
+            IdleWait::Doze(us(140))
+        );
+        assert_eq!(
+            doze_before_answers(sleep, t, [(t + 300_000, t + 400_000), (t - 10, t + 10)]),
+            IdleWait::Poll
+        );
+    }
+
+    #[test]
+    fn an_answer_window_spans_the_engines_own_spread_per_kind_of_batch() {
+        let ms = |n: u64| n * 1_000_000;
+        let warm = Duration::ZERO;
+        let cold = Duration::from_millis(50);
+        let start = ms(1_000);
+        let mut w = AnswerWindow::new();
+        // Nothing known: the default span around the predicted end.
+        assert_eq!(
+            w.window(start, ms(5), warm),
+            (start + ms(5) - 100_000, start + ms(5) + 250_000)
+        );
+        // Warm batches end within ±2% of 5 ms (±100 µs); cold ones 10–30% late.
+        for i in 0..40u64 {
+            w.record(ms(5), ms(5) - 100_000 + (i % 21) * 10_000, warm);
+            w.record(ms(5), ms(5) + 500_000 + (i % 11) * 100_000, cold);
+        }
+        let (open, close) = w.window(start, ms(5), warm);
+        let end = start + ms(5);
+        assert!(
+            open >= end - 100_000 && open <= end - 60_000,
+            "warm opens {}",
+            open as i64 - end as i64
+        );
+        assert!(
+            close <= end + 100_000 && close >= end + 70_000,
+            "warm closes {}",
+            close as i64 - end as i64
+        );
+        let (open, close) = w.window(start, ms(5), cold);
+        assert!(
+            open >= end + 500_000 && open <= end + 700_000,
+            "cold opens {}",
+            open as i64 - end as i64
+        );
+        assert!(
+            close >= end + 1_300_000 && close <= end + 1_500_000,
+            "cold closes {}",
+            close as i64 - end as i64
+        );
+        // Relative: a batch predicted twice as long gets twice the span.
+        let (o2, c2) = w.window(start, ms(10), warm);
+        let (o1, c1) = w.window(start, ms(5), warm);
+        assert!(
+            ((c2 - o2) as i64 - 2 * (c1 - o1) as i64).abs() <= 2,
+            "{} vs {}",
+            c2 - o2,
+            c1 - o1
+        );
+    }
+
+    #[test]
+    fn an_answer_window_is_at_most_the_widest_polling_worth_it() {
+        let mut w = AnswerWindow::new();
+        let idle = Duration::ZERO;
+        // A 100 ms batch spreading ±20%: a 40 ms window, cut to 2 ms around
+        // the predicted end.
+        for i in 0..32u64 {
+            w.record(100_000_000, 80_000_000 + i * 1_300_000, idle);
+        }
+        let start = 5_000_000_000;
+        let (open, close) = w.window(start, 100_000_000, idle);
+        assert_eq!(close - open, WINDOW_MAX.as_nanos() as u64);
+        let end = start + 100_000_000;
+        assert_eq!((open, close), (end - 1_000_000, end + 1_000_000));
+        // All late by 10–12%: the window starts at its opening.
+        let mut w = AnswerWindow::new();
+        for i in 0..32u64 {
+            w.record(100_000_000, 110_000_000 + i * 200_000, idle);
+        }
+        let (open, close) = w.window(start, 100_000_000, idle);
+        assert!(open >= end + 10_000_000 && close == open + WINDOW_MAX.as_nanos() as u64);
+        // A zero prediction is not recorded, and a start near 0 does not wrap.
+        w.record(0, 5, idle);
+        // (0 would say that no batch runs.)
+        let (open, close) = AnswerWindow::new().window(10, 20, idle);
+        assert!(open == 1 && close >= open);
     }
 
     #[test]

@@ -93,10 +93,12 @@ mod w {
     /// owner alone, briefly two across a switchover: a ring with nobody
     /// dozing makes no system call.
     pub const DOZING: usize = 12;
-    /// When the batch the IF is running should end (machine-wide
-    /// monotonic ns), 0 when none runs: the if-manager stops dozing
-    /// shortly before, to be polling when the answers come.
-    pub const ANSWER_DUE_NS: usize = 13;
+    /// When the batch the IF is running may end at the earliest
+    /// (machine-wide monotonic ns), 0 when none runs: the if-manager stops
+    /// dozing shortly before, to be polling when the answers come.
+    pub const ANSWER_OPEN_NS: usize = 13;
+    /// ... and at the latest: the if-manager polls until then.
+    pub const ANSWER_CLOSE_NS: usize = 14;
     pub const KEYS: usize = 16;
 }
 
@@ -440,21 +442,33 @@ impl IfControl {
         released
     }
 
-    /// Says when the batch this IF starts now should end (machine-wide
-    /// monotonic ns, `kp_os::affinity::monotonic_ns`), or, with 0, that
-    /// none runs. The if-manager reads it where it would doze
-    /// ([`IfControl::answer_due_ns`]): a hint, never a promise, so a wrong
-    /// or stale value costs it some polling, no answer.
+    /// Says when the batch this IF starts now should end, as a window
+    /// `open..=close` (machine-wide monotonic ns,
+    /// `kp_os::affinity::monotonic_ns`; `libml::backoff::AnswerWindow`),
+    /// or, with `open` 0, that none runs. The if-manager reads it where it
+    /// would doze ([`IfControl::answer_window`]): a hint, never a promise,
+    /// so a wrong, stale or torn value costs it some polling, no answer.
     #[inline]
-    pub fn set_answer_due(&self, due_ns: u64) {
-        self.word(w::ANSWER_DUE_NS).store(due_ns, Ordering::Relaxed);
+    pub fn set_answer_window(&self, open_ns: u64, close_ns: u64) {
+        // The end first: a reader that sees the new opening sees it too.
+        self.word(w::ANSWER_CLOSE_NS)
+            .store(close_ns, Ordering::Relaxed);
+        self.word(w::ANSWER_OPEN_NS)
+            .store(open_ns, Ordering::Release);
     }
 
-    /// When the IF's running batch should end, 0 if none runs (see
-    /// [`IfControl::set_answer_due`]).
+    /// Says that no batch runs.
     #[inline]
-    pub fn answer_due_ns(&self) -> u64 {
-        self.word(w::ANSWER_DUE_NS).load(Ordering::Relaxed)
+    pub fn clear_answer_window(&self) {
+        self.word(w::ANSWER_OPEN_NS).store(0, Ordering::Relaxed);
+    }
+
+    /// When the IF's running batch should end, `(open, close)`; open 0
+    /// if none runs (see [`IfControl::set_answer_window`]).
+    #[inline]
+    pub fn answer_window(&self) -> (u64, u64) {
+        let open = self.word(w::ANSWER_OPEN_NS).load(Ordering::Acquire);
+        (open, self.word(w::ANSWER_CLOSE_NS).load(Ordering::Relaxed))
     }
 
     /// Records a switchover that completed with this gap.

@@ -69,7 +69,7 @@ use succession::{
     TickView, TookOver, ARMING_SLEEP, DOZE_ASSEMBLING, DOZE_IDLE, SPIN_ASSEMBLING, STANDBY_NAP,
 };
 
-use crate::backoff::{IdleAction, IdleBackoff};
+use crate::backoff::{AnswerWindow, IdleAction, IdleBackoff};
 use crate::batching::{BatchPolicy, BatchStats, Decision, ProvisioningReport};
 use crate::engine::{DeviceStats, Framework};
 use crate::pool::{self, InputLayout, SlotBuf};
@@ -932,6 +932,11 @@ fn inference_loop<'p>(
     let k = cfg.top_k.min(cfg.output_elems).min(MAX_TOP_K);
     let mut best = [(0u32, 0f32); MAX_TOP_K];
     let mut backoff = IdleBackoff::new(cfg.busy_poll);
+    // How far batches end from their prediction, for the window in which
+    // the if-manager polls for their answers; and since when the engine
+    // idles (a cold engine spreads more).
+    let mut answer_window = AnswerWindow::new();
+    let mut engine_free_since: Option<u64> = None;
     let cpu_base = kp_os::affinity::thread_cpu_ns();
     loop {
         let done = fragments_done.load(Ordering::Acquire);
@@ -1009,9 +1014,15 @@ fn inference_loop<'p>(
         batch.clear();
         batch.extend(queue.drain(..n));
         // When the answers should be out, for the if-manager's doze.
-        if let Some(m) = policy.cost_model() {
-            let predicted = policy.predicted_ns(&m, n) as u64;
-            control.set_answer_due(kp_os::affinity::monotonic_ns().saturating_add(predicted));
+        let idle = engine_free_since.map_or(Duration::MAX, |t| {
+            Duration::from_nanos(now.saturating_sub(t))
+        });
+        let predicted = policy
+            .cost_model()
+            .map(|m| policy.predicted_ns(&m, n) as u64);
+        if let Some(p) = predicted {
+            let (open, close) = answer_window.window(kp_os::affinity::monotonic_ns(), p, idle);
+            control.set_answer_window(open, close);
         }
         let started = now_ns();
         let result = if in_place {
@@ -1053,6 +1064,10 @@ fn inference_loop<'p>(
         };
         let finished = now_ns();
         let exec_ns = finished.saturating_sub(started);
+        if let Some(p) = predicted {
+            answer_window.record(p, exec_ns, idle);
+        }
+        engine_free_since = Some(finished);
         let mut worst = 0;
         let mut answers = answerer.burst(n);
         for (i, r) in batch.iter().enumerate() {
@@ -1077,7 +1092,7 @@ fn inference_loop<'p>(
         }
         // One bulk allocation (above) and one burst on the TX ring.
         counters.send_failed += answers.send() as u64;
-        control.set_answer_due(0);
+        control.clear_answer_window();
         if let Some(t) = trace.as_deref_mut() {
             let sent = now_ns();
             let status = if result.is_ok() {
