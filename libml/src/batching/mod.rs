@@ -71,6 +71,15 @@
 //! 150/s) the line alone settled on batches of 4 (mean 3.78, 105.6/s); with
 //! the measured sizes the mean batch is 2.17 and goodput 106.8/s.
 //!
+//! **Probes.** An estimate is only as fresh as the last batch of its size,
+//! and a machine's speed drifts: a slow spell inflates the estimate of
+//! whatever size runs in it, the plan moves to a size measured outside
+//! the spell, and the inflated one is never run again. On the 2-CPU VM
+//! that ratcheted the plan from batches of 1 to batches of 4–8, 3–5% dearer
+//! per image. So where a full batch of the planned size is queued and a
+//! smaller measured size has not run for [`SIZE_STALE_NS`], that size runs
+//! once, and what it measures restarts its estimate.
+//!
 //! **Batch choice.** The feasible batches are those (at most `max_batch`)
 //! with `2 · cost(n) ≤ budget`, and batch 1 always. `best` is the highest
 //! throughput `n / cost(n)` among them, searched over all of them (on a
@@ -78,8 +87,12 @@
 //! batching buys little a big batch only adds latency, so the *target* is
 //! the smallest feasible `n` whose throughput is within
 //! `throughput_tolerance` of `best` *and* at least `load_headroom` times
-//! the measured arrival rate (or `best` when that is not enough): as small
-//! as the load allows, as large as the SLO allows. What is
+//! the measured arrival rate: as small as the load allows, as large as the
+//! SLO allows. Where nothing keeps up with that (saturation), the target
+//! is the smallest `n` within [`BEST_MARGIN`] of `best`: the per-size
+//! estimates are noisy, and on an engine where batching buys less than
+//! that noise, taking the best estimate ran whichever size the noise
+//! favoured. What is
 //! dispatched is further capped by the *batch limit*: [`TRUST_REGION`] times
 //! the largest batch seen since the last regime change, so the line is never
 //! extrapolated far (a cold start grows 1, 2, 4, 8, ..., checking each
@@ -233,6 +246,20 @@ pub const TRUST_REGION: usize = 2;
 /// well above run-to-run jitter of a CPU or GPU engine (a few percent) and
 /// well below what a share change does (a factor of 1.5 to 2).
 pub const CHANGE_THRESHOLD: f64 = 0.25;
+
+/// A measured batch size not run for this long is *stale*: it is probed
+/// (run once where a bigger batch is planned and queued) and its estimate
+/// restarts (`BatchPolicy::measured`). One second: a probe per smaller
+/// size and second, a few batches in hundreds under saturation.
+pub const SIZE_STALE_NS: u64 = 1_000_000_000;
+
+/// How much more per second a batch size must be estimated to serve than
+/// a smaller one before the plan prefers it where the load asks for all
+/// the engine can give. The per-size estimates are averages of a few noisy
+/// batches (±2–3% on the 2-CPU VM); on an engine where no size beats
+/// batch 1 by more than that, choosing the best estimate ran whichever
+/// size the noise favoured (docs/PERFORMANCE.md, issue 13).
+pub const BEST_MARGIN: f64 = 0.02;
 
 /// Batches behind the tail factor ([`BatchStats::tail_factor`]): the last
 /// 64 measured / predicted execution times, about a second of batches at
@@ -591,6 +618,16 @@ impl RateEstimator {
     }
 }
 
+/// What the policy knows of one batch size: its running cost estimate,
+/// how many batches of that size it has seen (0: none, the line stands in)
+/// and when the last one ended.
+#[derive(Clone, Copy, Debug, Default)]
+struct SizeCost {
+    ns: f64,
+    seen: u32,
+    at_ns: u64,
+}
+
 /// The adaptive batching policy of one inference function. See the module
 /// documentation for the algorithm.
 #[derive(Clone, Debug)]
@@ -605,7 +642,7 @@ pub struct BatchPolicy {
     /// Measured cost per batch size since the last regime change: index
     /// `n` holds the running estimate (ns) of a batch of `n` and how many
     /// batches of `n` it has seen (0: none, the line stands in).
-    sizes: Vec<(f64, u32)>,
+    sizes: Vec<SizeCost>,
     /// The previous sample and whether it was off the model, and on which
     /// side (−1, 0, +1).
     prev: Option<(usize, f64, i8)>,
@@ -653,7 +690,7 @@ impl BatchPolicy {
             fit: Ewls::default(),
             model: None,
             max_seen: 0,
-            sizes: vec![(0.0, 0); cfg.max_batch + 1],
+            sizes: vec![SizeCost::default(); cfg.max_batch + 1],
             prev: None,
             samples_in_regime: 0,
             target: 1,
@@ -707,7 +744,7 @@ impl BatchPolicy {
     /// keep the plan honest where the line would extrapolate a gain.
     pub fn predicted_ns(&self, m: &CostModel, n: usize) -> f64 {
         match self.sizes.get(n) {
-            Some(&(ns, seen)) if seen > 0 => ns,
+            Some(s) if s.seen > 0 => s.ns,
             _ => m.cost_ns(n),
         }
     }
@@ -940,6 +977,14 @@ impl BatchPolicy {
                 return self.dispatch(e, q);
             }
         }
+        // A full batch is queued and a smaller size's estimate is stale:
+        // run that size once (module doc, "Probes").
+        if q >= limit {
+            if let Some(p) = self.stale_below(now_ns, n) {
+                self.stats.explorations += 1;
+                return self.dispatch(p, q);
+            }
+        }
         if n < q || q >= limit || model.source == CostSource::Proportional {
             return self.dispatch(n, q);
         }
@@ -1025,7 +1070,7 @@ impl BatchPolicy {
             s.slo_miss_batches += 1;
         }
         let report = self.provisioning(batch, max_e2e_ns, missed, now_ns);
-        self.learn(batch, exec_ns as f64);
+        self.learn(batch, exec_ns as f64, now_ns);
         self.last_done_ns = now_ns;
         self.pressed = self.under_pressure(now_ns);
         self.queue_built = false;
@@ -1090,7 +1135,7 @@ impl BatchPolicy {
     }
 
     /// Adds the sample, refits, re-plans the target and the exploration.
-    fn learn(&mut self, n: usize, exec: f64) {
+    fn learn(&mut self, n: usize, exec: f64, now_ns: u64) {
         let decay = self.cfg.fit_decay;
         let ratio = match self.model {
             Some(m) if m.source != CostSource::Proportional => {
@@ -1113,18 +1158,18 @@ impl BatchPolicy {
             self.fit = Ewls::default();
             self.samples_in_regime = 0;
             self.max_seen = 0;
-            self.sizes.fill((0.0, 0));
+            self.sizes.fill(SizeCost::default());
             if let Some((pn, py, _)) = self.prev {
                 self.fit.add(decay, pn as f64, py);
                 self.samples_in_regime = 1;
                 self.max_seen = pn;
-                self.measured(pn, py);
+                self.measured(pn, py, now_ns);
             }
         } else if let Some(r) = ratio {
             self.add_tail_ratio(r);
         }
         self.fit.add(decay, n as f64, exec);
-        self.measured(n, exec);
+        self.measured(n, exec, now_ns);
         self.samples_in_regime += 1;
         self.max_seen = self.max_seen.max(n);
         self.prev = Some((n, exec, if changed { 0 } else { side }));
@@ -1204,20 +1249,35 @@ impl BatchPolicy {
         }
     }
 
-    /// Adds a batch of `n` that ran for `exec` to the per-size estimates:
-    /// the running mean of its first five, then an average with weight 0.2
-    /// on the newest (about the last five batches of that size).
-    fn measured(&mut self, n: usize, exec: f64) {
-        if let Some((ns, seen)) = self.sizes.get_mut(n) {
-            *seen = seen.saturating_add(1);
-            let w = (1.0 / f64::from(*seen)).max(0.2);
-            *ns += w * (exec - *ns);
+    /// Adds a batch of `n` that ran for `exec`, ending at `now_ns`, to the
+    /// per-size estimates: the running mean of its first five, then an
+    /// average with weight 0.2 on the newest (about the last five batches
+    /// of that size). An estimate older than [`SIZE_STALE_NS`] counts as
+    /// one sample: what a probe measures now outweighs it.
+    fn measured(&mut self, n: usize, exec: f64, now_ns: u64) {
+        if let Some(s) = self.sizes.get_mut(n) {
+            if s.seen > 0 && now_ns.saturating_sub(s.at_ns) > SIZE_STALE_NS {
+                s.seen = 1;
+            }
+            s.seen = s.seen.saturating_add(1);
+            let w = (1.0 / f64::from(s.seen)).max(0.2);
+            s.ns += w * (exec - s.ns);
+            s.at_ns = now_ns;
         }
+    }
+
+    /// The smallest measured size below `n` not run for [`SIZE_STALE_NS`].
+    fn stale_below(&self, now_ns: u64, n: usize) -> Option<usize> {
+        (1..n.min(self.sizes.len())).find(|&m| {
+            let s = self.sizes[m];
+            s.seen > 0 && now_ns.saturating_sub(s.at_ns) > SIZE_STALE_NS
+        })
     }
 
     /// Among the feasible batches (predicted cost within the steady-state
     /// budget), the smallest whose throughput is within the tolerance of
-    /// the best one and keeps up with the arrival rate. The best is searched
+    /// the best one and keeps up with the arrival rate (or, where none
+    /// does, is within [`BEST_MARGIN`] of the best). The best is searched
     /// over every feasible size, not assumed at the largest: where batching
     /// costs more per request than it saves (a convex cost), batch 1 wins.
     fn plan(&self, m: &CostModel) -> usize {
@@ -1229,7 +1289,10 @@ impl BatchPolicy {
             .filter(|&n| feasible(n))
             .map(|n| self.throughput_per_ns(m, n))
             .fold(0.0, f64::max);
-        let need = (self.rate.per_ns() * self.cfg.load_headroom).min(best);
+        // The load never asks for more than the best within the noise of
+        // the estimates: where it asks for everything (saturation), the
+        // smallest size within `BEST_MARGIN` of the best runs.
+        let need = (self.rate.per_ns() * self.cfg.load_headroom).min((1.0 - BEST_MARGIN) * best);
         let enough = ((1.0 - self.cfg.throughput_tolerance) * best).max(need) * (1.0 - 1e-9);
         (1..=self.cfg.max_batch)
             .filter(|&n| feasible(n))

@@ -29,8 +29,19 @@ impl Rng {
 
 #[derive(Clone, Copy, Debug)]
 enum Arrivals {
-    Constant { per_s: f64 },
-    Poisson { per_s: f64 },
+    Constant {
+        per_s: f64,
+    },
+    Poisson {
+        per_s: f64,
+    },
+    /// A closed loop (bench-if's saturation phase): `outstanding` requests
+    /// from the start, and each answered or shed one is followed by a new
+    /// one `think_ns` later.
+    Closed {
+        outstanding: usize,
+        think_ns: u64,
+    },
 }
 
 impl Arrivals {
@@ -38,6 +49,7 @@ impl Arrivals {
         match *self {
             Arrivals::Constant { per_s } => (1e9 / per_s).round() as u64,
             Arrivals::Poisson { per_s } => (-rng.unit().ln() * 1e9 / per_s).round() as u64,
+            Arrivals::Closed { .. } => u64::MAX / 2,
         }
     }
 }
@@ -138,12 +150,22 @@ struct Sim {
     /// in the running batch), as kp-if's fragment thread refuses it.
     admission: bool,
     refused: u64,
+    /// Slow spells of the whole machine: every `period` ns, for `len` ns,
+    /// batches take `factor` times as long (a VM's speed drifts, and a
+    /// spell slows whatever batch size runs in it).
+    spells: Option<(u64, u64, f64)>,
 }
 
 impl Sim {
     fn new(cfg: BatchConfig, arrivals: Arrivals, engine: Engine, seed: u64) -> Self {
         let mut rng = Rng(seed);
         let next_arrival = arrivals.gap_ns(&mut rng);
+        let arriving = match arrivals {
+            Arrivals::Closed { outstanding, .. } => {
+                (1..=outstanding as u64).map(|t| (t, t)).collect()
+            }
+            _ => Vec::new(),
+        };
         Sim {
             policy: BatchPolicy::new(cfg).unwrap(),
             now: 0,
@@ -152,7 +174,7 @@ impl Sim {
             next_arrival,
             engine,
             span: (0, 0),
-            arriving: Vec::new(),
+            arriving,
             running: None,
             wake: None,
             rng,
@@ -162,6 +184,7 @@ impl Sim {
             reports: Vec::new(),
             admission: false,
             refused: 0,
+            spells: None,
         }
     }
 
@@ -235,6 +258,7 @@ impl Sim {
             let (_, exec, reqs) = self.running.take().unwrap();
             let max_e2e = reqs.iter().map(|a| t - a).max().unwrap();
             self.e2e.extend(reqs.iter().map(|a| t - a));
+            self.next_of_closed_loop(reqs.len());
             if let Some(r) = self.policy.on_batch_done(reqs.len(), exec, max_e2e, t) {
                 self.reports.push(r);
             }
@@ -256,12 +280,18 @@ impl Sim {
             let k = self.policy.shed(self.now, &self.queue);
             self.shed += k as u64;
             self.queue.drain(..k);
+            self.next_of_closed_loop(k);
         }
         match self.policy.decide(self.now, &self.queue, idle) {
             Decision::Dispatch { batch } => {
                 assert!(idle && batch >= 1 && batch <= self.queue.len());
                 let reqs: Vec<u64> = self.queue.drain(..batch).collect();
-                let exec = self.engine.exec_ns(batch, &mut self.rng);
+                let mut exec = self.engine.exec_ns(batch, &mut self.rng);
+                if let Some((period, len, factor)) = self.spells {
+                    if self.now % period < len {
+                        exec = (exec as f64 * factor).round() as u64;
+                    }
+                }
                 self.running = Some((self.now + exec, exec, reqs));
                 self.wake = None;
             }
@@ -272,6 +302,18 @@ impl Sim {
             Decision::Idle => {
                 assert!(!idle || self.queue.is_empty());
                 self.wake = None;
+            }
+        }
+    }
+
+    /// In a closed loop, the requests that follow `k` answered or shed.
+    fn next_of_closed_loop(&mut self, k: usize) {
+        if let Arrivals::Closed { think_ns, .. } = self.arrivals {
+            let (lo, hi) = self.span;
+            for _ in 0..k {
+                let first = self.now + think_ns;
+                let span = lo + ((hi - lo) as f64 * self.rng.unit()) as u64;
+                self.arriving.push((first + span, first));
             }
         }
     }
@@ -293,7 +335,7 @@ fn percentile(v: &[u64], p: f64) -> u64 {
 /// estimates: the feasible batches are those with `2·(a + b·n) ≤ slo·(1 −
 /// margin)`; among them the smallest whose throughput is within the
 /// tolerance of the best one and at least `load_headroom ×` the arrival rate
-/// (or the best, when nothing is).
+/// (or within [`BEST_MARGIN`] of the best, when nothing is).
 fn best_batch(cfg: &BatchConfig, e: &Engine, rate_per_s: f64) -> usize {
     let budget = cfg.slo_ns as f64 * (1.0 - cfg.margin);
     let cost = |n: usize| e.a_ns + e.b_ns * n as f64;
@@ -305,7 +347,7 @@ fn best_batch(cfg: &BatchConfig, e: &Engine, rate_per_s: f64) -> usize {
         return 1;
     };
     let best = thr(n_max);
-    let need = (rate_per_s * cfg.load_headroom).min(best);
+    let need = (rate_per_s * cfg.load_headroom).min((1.0 - BEST_MARGIN) * best);
     let enough = ((1.0 - cfg.throughput_tolerance) * best).max(need);
     feasible
         .into_iter()
@@ -689,6 +731,96 @@ fn never_loses_to_the_best_small_batch_on_a_convex_cost() {
     );
     assert!(mean_batch <= 3.0, "mean batch {mean_batch}");
     assert!(p99 <= 100 * MS);
+}
+
+/// Simulation of bench-if's saturation phase on a noisy engine like the
+/// 2-CPU VM's (issue 13, item 1): a closed loop of 32 requests against an
+/// engine whose batch of 1 takes 5.1 ms and a batch of 8 ~6% more per
+/// image, each batch ±10% and one in ten 1.3 times as long, with bench-if's
+/// 2 s SLO. No batch beats batch 1 per image, but the per-size estimates
+/// are noisy, and a plan that took the best estimate under saturation ran
+/// whichever size the noise favoured: mean batches of 2.1–4.4 over these
+/// seeds, 2–4% below batch 1's rate (batches of 5–6 in some live runs).
+/// A size must now look [`BEST_MARGIN`] better than a smaller one: mean
+/// batches of 1.75–2.13, within 2% of batch 1's rate.
+#[test]
+fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
+    let cfg = BatchConfig {
+        max_batch: 8,
+        ..BatchConfig::new(2_000 * MS)
+    };
+    let engine = Engine::new(0.0, 5.1, 0.1).convex(0.009).spiky(0.1, 1.3);
+    let batch_1 = 1e9 / engine.mean_ns(1);
+    for seed in [3, 5, 8, 13, 21] {
+        let loop32 = Arrivals::Closed {
+            outstanding: 32,
+            think_ns: 200_000,
+        };
+        let mut sim = Sim::new(cfg, loop32, engine, seed).with_spans(200_000, 1_000_000);
+        sim.run_until(5_000 * MS);
+        let (served0, from) = (sim.e2e.len(), sim.batches.len());
+        sim.run_until(35_000 * MS);
+        let goodput = (sim.e2e.len() - served0) as f64 / 30.0;
+        let recent = &sim.batches[from..];
+        let mean_batch = recent.iter().map(|b| b.n).sum::<usize>() as f64 / recent.len() as f64;
+        eprintln!(
+            "seed {seed}: goodput {goodput:.1}/s, batch 1 alone {batch_1:.1}/s, mean batch {mean_batch:.2}, \
+             target {}, shed {}",
+            sim.policy.target_batch(),
+            sim.shed
+        );
+        assert!(mean_batch <= 2.25, "seed {seed}: mean batch {mean_batch}");
+        assert!(
+            goodput >= 0.98 * batch_1,
+            "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
+        );
+        assert_eq!(sim.shed, 0);
+    }
+}
+
+/// The same closed loop on a steadier engine (±6%, one batch in ten 1.2
+/// times as long) on a machine with slow spells: every 2 s, 400 ms in which
+/// every batch takes 1.25 times as long. A spell inflates the estimate of
+/// whatever size runs in it; without probes the plan moved to a size
+/// measured outside the spell and never ran the inflated one again,
+/// ratcheting up to batches of 4–8 (as in bench-if's trace on the VM; here
+/// seed 8 ran batches of 4.31 on average, 0.978 of batch 1's rate, with
+/// neither probes nor [`BEST_MARGIN`], 2.48–2.57 with one of them). With
+/// both: 1.70–2.20, 0.987–0.997 of batch 1's rate.
+#[test]
+fn probes_smaller_sizes_so_that_a_slow_spell_does_not_ratchet_the_batch_up() {
+    let cfg = BatchConfig {
+        max_batch: 8,
+        ..BatchConfig::new(2_000 * MS)
+    };
+    let engine = Engine::new(0.0, 5.1, 0.06).convex(0.008).spiky(0.1, 1.2);
+    // Batch 1's rate over the spells (a fifth of the time 1.25 times as slow).
+    let batch_1 = 1e9 / engine.mean_ns(1) / (1.0 + 0.2 * 0.25);
+    for seed in [3, 5, 8] {
+        let loop32 = Arrivals::Closed {
+            outstanding: 32,
+            think_ns: 200_000,
+        };
+        let mut sim = Sim::new(cfg, loop32, engine, seed).with_spans(200_000, 1_000_000);
+        sim.spells = Some((2_000 * MS, 400 * MS, 1.25));
+        sim.run_until(5_000 * MS);
+        let (served0, from) = (sim.e2e.len(), sim.batches.len());
+        sim.run_until(35_000 * MS);
+        let goodput = (sim.e2e.len() - served0) as f64 / 30.0;
+        let recent = &sim.batches[from..];
+        let mean_batch = recent.iter().map(|b| b.n).sum::<usize>() as f64 / recent.len() as f64;
+        eprintln!(
+            "spells, seed {seed}: goodput {goodput:.1}/s, batch 1 alone {batch_1:.1}/s, mean batch {mean_batch:.2}, \
+             probes and explorations {}, regime changes {}",
+            sim.policy.stats().explorations,
+            sim.policy.stats().regime_changes
+        );
+        assert!(mean_batch <= 2.3, "seed {seed}: mean batch {mean_batch}");
+        assert!(
+            goodput >= 0.985 * batch_1,
+            "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
+        );
+    }
 }
 
 /// Simulation of overload: constant 800/s against an engine that serves at
