@@ -71,10 +71,12 @@ Environment (defaults for a full run; --smoke has tiny ones):
     batch_wait_timeout_s; kneepoint's policy needs none, it uses the SLO)
   BENCH_SLO_X (4; --smoke: 0, its own rule): each model's SLO is this many
     times the engine's batch-1 median here (0: the configured SLO)
-  BENCH_PEER_SHED (1: the peers may shed as kneepoint does: Triton's
-    default_queue_policy REJECTs a request queued longer than the SLO less
-    the engine's batch-1 median, Ray Serve's HTTP request_timeout_s is the
-    SLO; 0: neither)
+  BENCH_PEER_SHED (1: the peers may shed as kneepoint does: Ray Serve's
+    HTTP request_timeout_s is the SLO, and with BENCH_TRITON_QUEUE_POLICY=
+    reject Triton's default_queue_policy REJECTs a request queued longer
+    than the SLO less the engine's batch-1 median; 0: neither)
+  BENCH_TRITON_QUEUE_POLICY (none: Triton queues every request; reject:
+    see TRITON_QUEUE_POLICIES for why it is not the default)
   BENCH_ENGINE_BATCHES (1,2,4,8) BENCH_ENGINE_SECONDS (3)
   BENCH_WARMUP_S (5) BENCH_WINDOW_S (6.67) BENCH_WINDOW_MAX_S (120)
   BENCH_WINDOW_REQUESTS (667: a window lasts long enough for this many
@@ -159,6 +161,19 @@ def floats(s: str) -> list[float]:
     return [float(x) for x in s.split(",") if x.strip()]
 
 
+# How Triton may shed (BENCH_TRITON_QUEUE_POLICY, with BENCH_PEER_SHED=1):
+# - "none": no queue policy, Triton queues every request (the default);
+# - "reject": the dynamic batcher's default_queue_policy REJECTs a request
+#   queued longer than the SLO less the engine's batch-1 median. Measured
+#   with tritonserver 2.51 (nvidia-pytriton 0.7.0) on the 2-CPU VM, its
+#   request trace shows a request that arrives while a batch runs staying
+#   queued after that batch ends until the *next* request arrives, and then
+#   rejected: 165 ms at 3 req/s, 500 ms under load, 25% of the requests
+#   rejected at half the engine's rate against none without the policy
+#   (docs/PERFORMANCE.md, "Triton's queue policy"). Kept to measure it.
+TRITON_QUEUE_POLICIES = ("none", "reject")
+
+
 class Settings:
     def __init__(self, smoke: bool):
         self.smoke = smoke
@@ -174,6 +189,14 @@ class Settings:
         # request that waited longer than the SLO less the engine's batch-1
         # time, Ray Serve's proxy times a request out at the SLO.
         self.peer_shed = env("BENCH_PEER_SHED", 1, int) == 1
+        # Triton's way to shed: its default_queue_policy with REJECT holds a
+        # request queued behind a running batch until the next request
+        # arrives (tritonserver 2.51, see TRITON_QUEUE_POLICIES), so by
+        # default Triton runs without it and queues every request.
+        self.triton_queue_policy = env("BENCH_TRITON_QUEUE_POLICY", "none")
+        if self.triton_queue_policy not in TRITON_QUEUE_POLICIES:
+            raise SystemExit(f"BENCH_TRITON_QUEUE_POLICY={self.triton_queue_policy!r}: "
+                             f"one of {', '.join(TRITON_QUEUE_POLICIES)}")
         # The SLO of each model: this many times the engine's batch-1
         # median measured in the same run, so that it means the same on a
         # machine 3x slower (0: the model's configured SLO).
@@ -474,13 +497,18 @@ class Triton(System):
                                              "default_queue_policy": (
                                                  {"timeout_action": "REJECT",
                                                   "default_timeout_microseconds": m.get("queue_timeout_us")}
-                                                 if s.peer_shed and m.get("queue_timeout_us") else None)}}
+                                                 if triton_rejects(s) and m.get("queue_timeout_us") else None)}}
 
     def client(self, rate, seconds, seed, first_id, timeout_s):
         return self.http_client(self.url, "triton", rate, seconds, seed, timeout_s)
 
     def stop(self):
         stop_proc(getattr(self, "proc", None), also=descendants([self.proc.pid]) if hasattr(self, "proc") else [])
+
+
+def triton_rejects(s: Settings) -> bool:
+    """Whether Triton gets a queue policy that rejects late requests."""
+    return s.peer_shed and s.triton_queue_policy == "reject"
 
 
 def write_triton_model(repo: Path, m: dict, s: Settings):
@@ -494,7 +522,7 @@ def write_triton_model(repo: Path, m: dict, s: Settings):
     # kneepoint refuses what cannot end within its SLO.
     queue_policy = (f"  default_queue_policy {{ timeout_action: REJECT default_timeout_microseconds: "
                     f"{m['queue_timeout_us']} allow_timeout_override: false }}\n"
-                    if s.peer_shed and m.get("queue_timeout_us") else "")
+                    if triton_rejects(s) and m.get("queue_timeout_us") else "")
     # Dynamic batcher as Triton's docs advise: batches up to max_batch_size,
     # a short max_queue_delay_microseconds to let a batch form; no preferred
     # sizes (they only matter where some sizes are much faster; on this CPU
@@ -909,8 +937,12 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"max_queue_delay_microseconds {s.batch_delay_us}, Ray @serve.batch batch_wait_timeout_s "
          f"{s.batch_delay_us / 1e6:g}; kneepoint's policy batches under the SLO (kp-if --slo-ms).",
          "- **Shedding**: " + ("every system may refuse what cannot meet the SLO: kneepoint answers OVERLOADED; "
-                               "Triton's dynamic batcher has a default_queue_policy that REJECTs a request queued "
-                               "longer than the SLO less the engine's batch-1 median; Ray Serve's HTTP proxy has "
+                               + ("Triton's dynamic batcher has a default_queue_policy that REJECTs a request queued "
+                                  "longer than the SLO less the engine's batch-1 median; " if triton_rejects(s) else
+                                  "Triton queues every request (its REJECT queue policy holds a request queued "
+                                  "behind a running batch until the next arrival, so it is off: "
+                                  "BENCH_TRITON_QUEUE_POLICY); ")
+                               + "Ray Serve's HTTP proxy has "
                                "request_timeout_s = the SLO. A refused request counts as late in the percentiles."
                                if s.peer_shed else
                                "only kneepoint sheds (BENCH_PEER_SHED=0): the peers queue every request."),

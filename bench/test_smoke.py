@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import unittest
 from pathlib import Path
 
@@ -88,7 +89,7 @@ class PeerShedding(unittest.TestCase):
         self.assertEqual(bench.queue_timeout_us(5.0, eng), 1000)  # never below 1 ms
         self.assertEqual(bench.queue_timeout_us(20.0, []), 20_000)
 
-    def test_the_triton_config_rejects_late_requests_when_shedding(self):
+    def test_the_triton_config_rejects_late_requests_only_with_the_reject_policy(self):
         import tempfile
 
         m = {"name": "squeezenet", "shape": [3, 224, 224], "top_k": 5, "config": "/m/config.toml",
@@ -96,19 +97,36 @@ class PeerShedding(unittest.TestCase):
 
         class S:
             max_batch, batch_delay_us, threads, peer_shed = 8, 500, 1, True
+            triton_queue_policy = "reject"
 
+        plain = "dynamic_batching {\n  max_queue_delay_microseconds: 500\n}"
         with tempfile.TemporaryDirectory() as d:
             bench.write_triton_model(Path(d), m, S)
             text = (Path(d) / "config.pbtxt").read_text()
             self.assertIn("dynamic_batching {\n  max_queue_delay_microseconds: 500\n  default_queue_policy { "
                           "timeout_action: REJECT default_timeout_microseconds: 10600 "
                           "allow_timeout_override: false }\n}", text)
-            S.peer_shed = False
-            bench.write_triton_model(Path(d), m, S)
-            text = (Path(d) / "config.pbtxt").read_text()
-            self.assertIn("dynamic_batching {\n  max_queue_delay_microseconds: 500\n}", text)
-            self.assertNotIn("queue_policy", text)
+            # Not without shedding, and not with the default policy, "none".
+            for shed, policy in ((False, "reject"), (True, "none")):
+                S.peer_shed, S.triton_queue_policy = shed, policy
+                bench.write_triton_model(Path(d), m, S)
+                text = (Path(d) / "config.pbtxt").read_text()
+                self.assertIn(plain, text)
+                self.assertNotIn("queue_policy", text)
 
+    def test_triton_queues_every_request_unless_told_to_reject(self):
+        saved = os.environ.pop("BENCH_TRITON_QUEUE_POLICY", None)
+        try:
+            self.assertEqual(bench.Settings(smoke=False).triton_queue_policy, "none")
+            os.environ["BENCH_TRITON_QUEUE_POLICY"] = "reject"
+            self.assertTrue(bench.triton_rejects(bench.Settings(smoke=False)))
+            os.environ["BENCH_TRITON_QUEUE_POLICY"] = "drop"
+            with self.assertRaises(SystemExit):
+                bench.Settings(smoke=False)
+        finally:
+            os.environ.pop("BENCH_TRITON_QUEUE_POLICY", None)
+            if saved is not None:
+                os.environ["BENCH_TRITON_QUEUE_POLICY"] = saved
 
 if __name__ == "__main__":
     unittest.main()
