@@ -35,7 +35,7 @@
 //! (`runtime::handover::TxBell`) for the same time: an IF's answers end
 //! them, so an answer does not wait for the sleep (up to the 500 µs cap)
 //! to end; received packets still do. Where an IF says when its running
-//! batch should end (`IfControl::set_answer_due`: a window, from the IF's
+//! batch should end (`IfControl::set_answer_window`: a window, from the IF's
 //! own record of how far its batches end from their prediction,
 //! [`AnswerWindow`]), the doze ends [`ANSWER_LEAD`] before the window
 //! opens and the if-manager polls until it closes
@@ -116,8 +116,8 @@ pub fn doze_before_answers(
         if open == 0 {
             continue;
         }
-        // A window without its end (or a torn read of the two words):
-        // the default span after the opening.
+        // A window read without its end (a torn read of the two words)
+        // closes when it opens.
         let close = close.max(open);
         if now_ns > close.saturating_add(after) {
             continue;
@@ -236,8 +236,8 @@ impl AnswerWindow {
             return (open, close);
         }
         // Too wide: the part of it nearest the predicted end.
-        let open = open.max(end.saturating_sub(max / 2)).min(close);
-        (open, close.min(open + max))
+        let open = end.saturating_sub(max / 2).clamp(open, close - max);
+        (open, open + max)
     }
 
     /// A batch predicted to take `predicted_ns` on an engine idle for
@@ -455,6 +455,13 @@ mod tests {
         }
         let (open, close) = w.window(start, 100_000_000, idle);
         assert!(open >= end + 10_000_000 && close == open + WINDOW_MAX.as_nanos() as u64);
+        // All early by 10–15%: the window ends at its closing.
+        let mut w = AnswerWindow::new();
+        for i in 0..32u64 {
+            w.record(100_000_000, 85_000_000 + i * 160_000, idle);
+        }
+        let (open, close) = w.window(start, 100_000_000, idle);
+        assert!(close <= end - 10_000_000 && close == open + WINDOW_MAX.as_nanos() as u64);
         // A zero prediction is not recorded, and a start near 0 does not wrap.
         w.record(0, 5, idle);
         // (0 would say that no batch runs.)

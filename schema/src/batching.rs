@@ -63,8 +63,8 @@ pub struct BatchStats {
     pub dispatches: u64,
     /// Requests in those dispatches.
     pub dispatched_requests: u64,
-    /// Dispatches that deliberately used a neighbour size to learn the
-    /// slope.
+    /// Dispatches that deliberately ran another size than planned: a
+    /// neighbour to learn the slope, or a probe of a stale smaller size.
     pub explorations: u64,
     /// `Wait` decisions.
     pub waits: u64,

@@ -628,6 +628,13 @@ struct SizeCost {
     at_ns: u64,
 }
 
+impl SizeCost {
+    /// Measured, but not for [`SIZE_STALE_NS`].
+    fn is_stale(&self, now_ns: u64) -> bool {
+        self.seen > 0 && now_ns.saturating_sub(self.at_ns) > SIZE_STALE_NS
+    }
+}
+
 /// The adaptive batching policy of one inference function. See the module
 /// documentation for the algorithm.
 #[derive(Clone, Debug)]
@@ -639,9 +646,8 @@ pub struct BatchPolicy {
     model: Option<CostModel>,
     /// Largest batch seen since the last regime change.
     max_seen: usize,
-    /// Measured cost per batch size since the last regime change: index
-    /// `n` holds the running estimate (ns) of a batch of `n` and how many
-    /// batches of `n` it has seen (0: none, the line stands in).
+    /// Measured cost per batch size since the last regime change, index
+    /// `n` for a batch of `n`.
     sizes: Vec<SizeCost>,
     /// The previous sample and whether it was off the model, and on which
     /// side (−1, 0, +1).
@@ -1256,7 +1262,7 @@ impl BatchPolicy {
     /// one sample: what a probe measures now outweighs it.
     fn measured(&mut self, n: usize, exec: f64, now_ns: u64) {
         if let Some(s) = self.sizes.get_mut(n) {
-            if s.seen > 0 && now_ns.saturating_sub(s.at_ns) > SIZE_STALE_NS {
+            if s.is_stale(now_ns) {
                 s.seen = 1;
             }
             s.seen = s.seen.saturating_add(1);
@@ -1268,10 +1274,7 @@ impl BatchPolicy {
 
     /// The smallest measured size below `n` not run for [`SIZE_STALE_NS`].
     fn stale_below(&self, now_ns: u64, n: usize) -> Option<usize> {
-        (1..n.min(self.sizes.len())).find(|&m| {
-            let s = self.sizes[m];
-            s.seen > 0 && now_ns.saturating_sub(s.at_ns) > SIZE_STALE_NS
-        })
+        (1..n.min(self.sizes.len())).find(|&m| self.sizes[m].is_stale(now_ns))
     }
 
     /// Among the feasible batches (predicted cost within the steady-state
