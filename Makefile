@@ -106,12 +106,17 @@ bench: build models
 	$(CARGO) bench --locked -p if-manager --bench classify
 	$(MAKE) bench-peers
 
-# BENCH_REPEATS runs (3; each ~2 h), each into target/bench/peers/rep-K/,
-# from K = BENCH_REPEAT_FROM (1: a later session can add runs), then their
-# medians, spreads and conclusions (bench.py --combine) into PERFORMANCE.md.
+# BENCH_REPEATS runs (3), from K = BENCH_REPEAT_FROM (1), each model of
+# BENCH_MODELS (squeezenet,resnet50) on its own into
+# target/bench/peers/rep-K/<model>/ (on the 2-CPU VM about 1 h for
+# squeezenet and 2 h for resnet50, whose levels of 2,000 requests take
+# minutes each), so that later sessions can add runs; then their medians,
+# spreads and conclusions (bench.py --combine) into PERFORMANCE.md.
 bench-peers: build models
 	@set -e; for k in $$(seq $${BENCH_REPEAT_FROM:-1} $${BENCH_REPEATS:-3}); do \
-	  BENCH_OUT=target/bench/peers/rep-$$k BENCH_UPDATE_DOCS=0 $(PYTHON) bench/bench.py; \
+	  for m in $$(echo "$${BENCH_MODELS:-squeezenet,resnet50}" | tr , ' '); do \
+	    BENCH_MODELS=$$m BENCH_OUT=target/bench/peers/rep-$$k/$$m BENCH_UPDATE_DOCS=0 $(PYTHON) bench/bench.py; \
+	  done; \
 	done
 	$(PYTHON) bench/bench.py --combine target/bench/peers
 

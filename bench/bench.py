@@ -3,32 +3,36 @@
 machine, the same model, the same cores, the same intra-op threads and the
 same SLO — and the engine limit they are all bounded by.
 
-    make bench                                 # (as root) everything, ~2 h (levels of >= 2,000 requests)
+    make bench                                 # (as root) everything, hours (levels of >= 2,000 requests)
     .venv/bin/python bench/bench.py            # just this benchmark
     BENCH_MODELS=squeezenet BENCH_SYSTEMS=kneepoint,triton .venv/bin/python bench/bench.py
     .venv/bin/python bench/bench.py --smoke --out /tmp/x   # what `make test` runs (< 60 s)
     .venv/bin/python bench/bench.py --report-only           # redraw from the CSVs
     .venv/bin/python bench/bench.py --combine target/bench/peers   # the runs rep-*/: medians, spreads
 
-`make bench-peers` runs it BENCH_REPEATS (3) times, each into
-target/bench/peers/rep-K/, then --combine: each system's capacity as a
-median and a spread over the runs, each ratio with its spread, and a
-comparison called a win (or a loss) only when the two capacity spreads do
-not overlap; the conclusions are written by report.repeats_markdown, not
-by hand. The runs may come from separate sessions (BENCH_REPEAT_FROM picks
-the first K to run).
+`make bench-peers` runs it BENCH_REPEATS (3) times for each model, one
+model at a time, into target/bench/peers/rep-K/<model>/, then --combine:
+each system's capacity as a median and a spread over the runs, each ratio
+with its spread, and a comparison called a win (or a loss) only when the
+two capacity spreads do not overlap; the conclusions are written by
+report.repeats_markdown, not by hand. The runs may come from separate
+sessions (BENCH_REPEAT_FROM picks the first K to run, BENCH_MODELS the
+models), and --combine says so when they are not all of one commit.
 
 Per model (the SLO: BENCH_SLO_X times the engine's batch-1 median measured
 in the same run, 4 by default, or models/<name>/config.toml's with 0):
  1. engine limit: ONNX Runtime alone (bench/engine_limit.py) on the inference
     core, per batch size; the best images/s is the ceiling;
  2. per system, started fresh, warmed up, then driven open loop (Poisson
-    arrivals) at increasing offered rates: a sweep in fractions of the engine
-    limit until a level misses the SLO, a bisection between the last level
-    that met it and the first that did not (until they are within 2%), then 25/50/75/90% of the
-    system's capacity (highest OK rate of a level meeting the SLO; the rules
-    are in bench/report.py). Each level runs in windows until the last three
-    agree within 10% (Triton perf_analyzer's convention) or BENCH_MAX_WINDOWS.
+    arrivals) at offered rates chosen by bench/capacity_search.py: scouts
+    (one short window each) sweep fractions of the engine limit until one
+    misses the SLO and bisect to within 4%; full levels then start from
+    the scouts' bracket and bisect until the last level that met the SLO and
+    the first above it that did not are within 2%; then 50% of the system's
+    capacity (highest OK rate of a full level meeting the SLO; the rules are
+    in bench/report.py) and a saturated level. A full level runs in windows
+    until the last three agree within 10% (Triton perf_analyzer's
+    convention) or BENCH_MAX_WINDOWS, at least 2,000 requests and 20 s.
     - kneepoint: scripts/netns.sh veth pair, if-manager (DPDK af_packet PMD)
       in the platform namespace, kp-if (ONNX Runtime) as its secondary,
       kp-client from the client namespace (UDP, the u8 image in fragments);
@@ -78,7 +82,7 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_TRITON_QUEUE_POLICY (none: Triton queues every request; reject:
     see TRITON_QUEUE_POLICIES for why it is not the default)
   BENCH_ENGINE_BATCHES (1,2,4,8) BENCH_ENGINE_SECONDS (3)
-  BENCH_WARMUP_S (5) BENCH_WINDOW_S (6.67) BENCH_WINDOW_MAX_S (120)
+  BENCH_WARMUP_S (5) BENCH_WINDOW_S (6.67) BENCH_WINDOW_MAX_S (300)
   BENCH_WINDOW_REQUESTS (667: a window lasts long enough for this many
     requests, between WINDOW_S and WINDOW_MAX_S; three windows make a
     level of at least 2,000 requests and 20 s)
@@ -86,7 +90,10 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_SWEEP (0.5,0.8,0.9,1.0,1.1: fractions of the engine limit)
   BENCH_RESOLUTION (0.02: bisect until the bracket is within 2% of its
     lower end) BENCH_REFINE (8: at most this many bisection steps)
-  BENCH_POINTS (0.25,0.5,0.75,0.9)
+  BENCH_SCOUT_REQUESTS (300: a scout's window lasts long enough for this
+    many requests, 3 s to BENCH_SCOUT_MAX_S (30); 0: no scouts, the sweep
+    and bisection run on full levels) BENCH_SCOUT_RESOLUTION (0.04)
+  BENCH_POINTS (0.5: fractions of the capacity, a full level each)
   BENCH_PEAK (1.2: a last level at this fraction of the engine limit, for
     each system's saturated goodput; 0 skips it)
   BENCH_CONNECTIONS (64: kp-http-load) BENCH_KP_BUSY_POLL (0)
@@ -120,6 +127,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
+import capacity_search  # noqa: E402
 import report  # noqa: E402
 import host  # noqa: E402
 
@@ -136,6 +144,12 @@ def dist_name(requirement: str) -> str:
 
 
 SYSTEMS = ("kneepoint", "kneepoint-ic", "triton", "ray", "stub")
+# A scout's window lasts at least this long (s), and the scouts' bisection
+# takes at most this many levels.
+SCOUT_MIN_S = 3.0
+SCOUT_REFINE = 10
+# The phases of the levels that search for the capacity (capacity_search).
+SEARCH_PHASES = ("sweep", "down", "refine", "confirm")
 PERF_ANALYZER = "2.60.0"
 HZ = os.sysconf("SC_CLK_TCK")
 
@@ -207,7 +221,7 @@ class Settings:
         # A level's three windows hold at least 2,000 requests and 20 s
         # (issue 13), so that a p99 rests on 20 requests beyond it.
         self.window_s = env("BENCH_WINDOW_S", S(20 / 3, 0.5), float)
-        self.window_max_s = env("BENCH_WINDOW_MAX_S", S(120.0, 0.5), float)
+        self.window_max_s = env("BENCH_WINDOW_MAX_S", S(300.0, 0.5), float)
         self.window_requests = env("BENCH_WINDOW_REQUESTS", S(667, 5), int)
         self.min_windows = env("BENCH_MIN_WINDOWS", S(3, 2), int)
         self.max_windows = max(self.min_windows, env("BENCH_MAX_WINDOWS", S(4, 2), int))
@@ -217,7 +231,12 @@ class Settings:
         # of its lower end (at most BENCH_REFINE steps).
         self.resolution = env("BENCH_RESOLUTION", 0.02, float)
         self.refine = env("BENCH_REFINE", S(8, 0), int)
-        self.points = floats(env("BENCH_POINTS", S("0.25,0.5,0.75,0.9", "0.25,0.5")))
+        # Scouts (capacity_search): one short window per level, to a
+        # coarse bracket, before the full levels that decide (0: none).
+        self.scout_requests = env("BENCH_SCOUT_REQUESTS", S(300, 0), int)
+        self.scout_max_s = env("BENCH_SCOUT_MAX_S", 30.0, float)
+        self.scout_resolution = env("BENCH_SCOUT_RESOLUTION", 0.04, float)
+        self.points = floats(env("BENCH_POINTS", S("0.5", "0.25,0.5")))
         self.peak = env("BENCH_PEAK", S(1.2, 0.0), float)
         self.connections = env("BENCH_CONNECTIONS", S(64, 8), int)
         self.busy_poll = env("BENCH_KP_BUSY_POLL", 0, int) == 1
@@ -707,6 +726,7 @@ class Runner:
         self.level = 0
         self.window_no = 0
         self.levels: list[dict] = []
+        self.scouts: list[dict] = []
 
     def window(self, rate: float, seconds: float, phase: str, label: str, w: int) -> dict:
         self.window_no += 1
@@ -750,10 +770,16 @@ class Runner:
         return row
 
     def run_level(self, rate: float, phase: str, label: str = "") -> dict:
+        """One level: windows until the last three agree; a scout, one
+        short window (it guides the search and decides nothing)."""
         self.level += 1
-        seconds = min(self.s.window_max_s, max(self.s.window_s, self.s.window_requests / rate))
-        ws = []
-        while len(ws) < self.s.max_windows:
+        if phase == "scout":
+            seconds = min(self.s.scout_max_s, max(SCOUT_MIN_S, self.s.scout_requests / rate))
+            ws = [self.window(rate, seconds, phase, label, 1)]
+        else:
+            seconds = min(self.s.window_max_s, max(self.s.window_s, self.s.window_requests / rate))
+            ws = []
+        while phase != "scout" and len(ws) < self.s.max_windows:
             ws.append(self.window(rate, seconds, phase, label, len(ws) + 1))
             if len(ws) >= self.s.min_windows and (len(ws) < 3 or report.stable(ws, self.s.stability)):
                 break
@@ -765,7 +791,7 @@ class Runner:
         say(f"  {self.sys.name:9s} {phase:6s} {rate:8.1f} req/s: OK {lv['ok_per_s']:7.1f}/s  p50/p90/p99 "
             f"{lv['p50_ms']:7.1f} {lv['p90_ms']:7.1f} {lv['p99_ms']:7.1f} ms  failed {100 * lv['error_frac']:4.1f}%  "
             f"{'meets SLO' if lv['meets_slo'] else 'misses SLO'}{'' if lv['stable'] else ' (unstable)'}")
-        self.levels.append(lv)
+        (self.scouts if phase == "scout" else self.levels).append(lv)
         if lv["failed"]:
             time.sleep(min(self.timeout_s, 5.0))  # let a backlog the client gave up on drain
         return lv
@@ -774,35 +800,20 @@ class Runner:
         s, E = self.s, self.limit
         if s.warmup_s > 0:
             self.window(0.3 * E, s.warmup_s, "warmup", "", 1)
-        last_ok, first_bad = None, None
-        for f in s.sweep:
-            lv = self.run_level(f * E, "sweep", f"{f:g}")
-            if lv["meets_slo"]:
-                last_ok = lv
-            else:
-                first_bad = lv
-                break
-        if last_ok is None and first_bad is not None:
-            rate = first_bad["offered_rps"]
-            for _ in range(5):
-                rate /= 2
-                if rate < 0.5:
-                    break
-                lv = self.run_level(rate, "down")
-                if lv["meets_slo"]:
-                    last_ok = lv
-                    break
-                first_bad = lv
-        if last_ok is not None and first_bad is not None:
-            lo, hi = last_ok["offered_rps"], first_bad["offered_rps"]
-            for _ in range(s.refine):
-                if hi - lo <= s.resolution * lo:
-                    break
-                mid = (lo + hi) / 2
-                if self.run_level(mid, "refine")["meets_slo"]:
-                    lo = mid
-                else:
-                    hi = mid
+        sweep = [f * E for f in s.sweep]
+        label = lambda rate: f"{rate / E:.3g}"  # noqa: E731: the fraction of the engine limit
+
+        def full(rate: float, phase: str) -> bool:
+            return self.run_level(rate, phase, label(rate))["meets_slo"]
+
+        if s.scout_requests > 0:
+            def scout(rate: float, phase: str) -> bool:
+                return self.run_level(rate, "scout", f"{phase} {label(rate)}")["meets_slo"]
+
+            bracket = capacity_search.search(scout, sweep, s.scout_resolution, SCOUT_REFINE)
+            capacity_search.confirm(full, bracket, s.resolution, s.refine, max(sweep))
+        else:
+            capacity_search.search(full, sweep, s.resolution, s.refine)
         cap = report.capacity(self.levels)
         if cap is not None:
             for p in s.points:
@@ -849,7 +860,10 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
         systems, series = [], {}
         for sysname in meta["systems"]:
             err = meta.get("errors", {}).get(f"{name}/{sysname}")
-            ws = [w for w in windows if w["model"] == name and w["system"] == sysname and w["phase"] != "warmup"]
+            # Scouts (one short window each) only guided the search: they
+            # are in windows.csv and levels.csv, not in the results.
+            ws = [w for w in windows if w["model"] == name and w["system"] == sysname
+                  and w["phase"] not in ("warmup", "scout")]
             groups: dict[str, list[dict]] = {}
             for w in ws:
                 groups.setdefault(w["level"], []).append(w)
@@ -863,11 +877,15 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
                 continue
             cap = report.capacity(levels)
             peak = report.peak(levels)
+            # The search's bracket: the lowest offered rate above the
+            # capacity level's that missed the SLO.
+            above = [lv["offered_rps"] for lv in levels if lv["phase"] in SEARCH_PHASES and not lv["meets_slo"]
+                     and cap and lv["offered_rps"] > cap["offered_rps"]]
             points = {lv["label"]: lv for lv in levels if lv["phase"] == "point"}
-            # CPU per request: at the 90% point (busy, within the SLO), else
-            # the capacity level.
-            cpu_level = points.get(f"{max(s.points):g}") if s.points else None
+            # CPU per request: at the capacity level (busy, within the SLO).
+            cpu_level = cap
             systems.append({"system": sysname, "capacity": cap, "peak": peak, "points": points, "levels": levels,
+                            "missed_above": min(above) if above else None,
                             "cpu_level": cpu_level or cap, "error": None if levels else err})
             series[sysname] = levels
             row = {"model": name, "system": sysname, "slo_ms": m["slo_ms"], "engine_limit_img_s": best,
@@ -957,9 +975,18 @@ def header_markdown(meta: dict, s: Settings) -> str:
          "in time). Latency percentiles count every request sent, a failed one as later than any OK answer "
          "(for every system alike; ∞: the percentile falls among the failures). ✗ marks a point that misses "
          "the SLO.",
+         "- **Capacity**: the highest OK rate of a level that meets the SLO, found by bisection until the "
+         f"lowest offered rate that missed is within {100 * s.resolution:g}% of the highest that met (the "
+         "bracket under each table)."
+         + (f" Scouts of one window (≥ {s.scout_requests} requests, {SCOUT_MIN_S:g}–{s.scout_max_s:g} s) "
+            f"first bracket it within {100 * s.scout_resolution:g}%; they only say where the levels start "
+            "(capacity_search.py) and are not in the results." if s.scout_requests > 0 else "")
+         + (f" Then a level at {', '.join(f'{100 * p:g}%' for p in s.points)} of the capacity" if s.points else "")
+         + (f"{' and' if s.points else ' Then'} one at {s.peak:g}× the engine limit (peak)." if s.peak > 0
+            else "."),
          "- **CPU per request**: CPU time (utime + stime) of all the system's processes over the windows of "
-         f"its {int(round(100 * max(s.points))) if s.points else 90}% point, per OK answer; in brackets the "
-         "inference process alone. The load generator is not counted.",
+         "its capacity level, per OK answer; in brackets the inference process alone. The load generator is "
+         "not counted.",
          "- Raw data: target/bench/peers/ (windows.csv, levels.csv, summary.csv, engine.csv, logs/).",
          ""]
     errs = meta.get("errors", {})
@@ -1182,17 +1209,27 @@ def smoke_check(out: Path, meta: dict) -> int:
 
 
 def combine(top: Path, s: Settings) -> int:
-    """`--combine DIR`: the repeats' summary and the last run's report."""
-    def number(d: Path) -> int:
-        tail = d.name.rsplit("-", 1)[-1]
-        return int(tail) if tail.isdigit() else 0
+    """`--combine DIR`: the repeats' summary and each model's last run.
+    A run is DIR/rep-K/summary.json, or DIR/rep-K/<model>/summary.json
+    where `make bench-peers` ran the models of repeat K one at a time."""
+    def key(d: Path) -> tuple[int, str]:
+        rep = d if d.parent == top else d.parent
+        tail = rep.name.rsplit("-", 1)[-1]
+        return (int(tail) if tail.isdigit() else 0, d.name)
 
-    dirs = sorted((d for d in top.glob("rep-*") if (d / "summary.json").exists()), key=number)
+    dirs = sorted((f.parent for f in list(top.glob("rep-*/summary.json")) + list(top.glob("rep-*/*/summary.json"))),
+                  key=key)
     if not dirs:
         raise SystemExit(f"bench: no run in {top}/rep-*/ (run `make bench-peers`)")
     runs = [json.loads((d / "summary.json").read_text()) for d in dirs]
-    md = (report.repeats_markdown(runs) + f"\n### The last run ({dirs[-1].name}) in detail\n\n"
-          + (dirs[-1] / "report.md").read_text())
+    last: dict[str, Path] = {}
+    for d, r in zip(dirs, runs):
+        for m in r["models"]:
+            last[m["model"]] = d
+    md = report.repeats_markdown(runs)
+    for d in dict.fromkeys(last.values()):
+        names = ", ".join(k for k, v in last.items() if v == d)
+        md += f"\n### The last run of {names} ({d.relative_to(top)}) in detail\n\n" + (d / "report.md").read_text()
     (top / "report.md").write_text(md)
     finish_docs(s, md, False)
     print(md)

@@ -24,7 +24,8 @@ with nothing installed. Terms:
   the OK rate is not compared with the offered rate, which Poisson arrivals
   in a few-second window miss by several percent by chance;
 - a system's *capacity* (max throughput with p99 <= SLO) is the highest OK
-  rate among its levels that meet the SLO;
+  rate among its levels that meet the SLO (bench.py's scouts, one short
+  window each, only guide its search and are not among them);
 - its *peak* is the highest OK rate of any level, SLO or not (the harness
   ends with a level offered more than the engine limit): what it completes
   when saturated.
@@ -163,6 +164,11 @@ def model_markdown(m: dict) -> str:
         L.append(f"| {NAMES.get(s['system'], s['system'])} | {capcell} | {pct} | " + " | ".join(cells)
                  + f" | {cpu} | {pkcell} |")
     L.append("")
+    brackets = [f"{NAMES.get(s['system'], s['system'])} {_f(s['capacity']['offered_rps'], 2)} / "
+                f"{_f(s.get('missed_above'), 2)}" for s in m["systems"] if s.get("capacity")]
+    if brackets:
+        L += ["Capacity bracket (offered req/s: the highest level that met the SLO / the lowest above it that "
+              "missed): " + "; ".join(brackets) + ".", ""]
     caps = {s["system"]: (s["capacity"] or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
     peaks = {s["system"]: (s.get("peak") or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
     for me, how in KNEEPOINTS.items():
@@ -366,16 +372,21 @@ def repeats_markdown(runs: list[dict]) -> str:
     """The summary of several runs, and the conclusions the data allow,
     written by this code (not by hand) so they cannot go stale."""
     commits = [r["meta"].get("git", "?") for r in runs]
-    L = [f"### Over {len(runs)} runs (median [smallest–largest])", "",
-         "Runs: " + "; ".join(f"{r['meta'].get('started', '?')} at {c}" for r, c in zip(runs, commits)) + ".",
-         ""]
+    reps = repeats(runs)
+    counts = sorted({row["runs"] for row in reps})
+    L = [f"### Over {' or '.join(map(str, counts)) or 0} runs per model (median [smallest–largest])", ""]
+    if len(set(commits)) > 1:
+        L += [f"**The runs are of {len(set(commits))} commits ({', '.join(sorted(set(commits)))}): "
+              "not one record.**", ""]
     if any(c.endswith("+dirty") for c in commits):
         L += ["**Some runs were of a tree with uncommitted changes (+dirty): not a record.**", ""]
-    reps = repeats(runs)
     for row in reps:
         systems = list(row["capacity"])
+        mine = [r for r in runs if any(m["model"] == row["model"] for m in r["models"])]
         L += [f"#### {row['model']} (SLO {_sp(row['slo_ms'], 1, ' ms')}; engine limit "
               f"{_sp(row['engine_limit'])} images/s)", "",
+              f"{row['runs']} runs: " + "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}"
+                                                  for r in mine) + ".", "",
               "| system | capacity: OK req/s with p99 ≤ SLO | peak: OK req/s, saturated |", "|---|---|---|"]
         for s in systems:
             L.append(f"| {NAMES.get(s, s)} | {_sp(row['capacity'][s])} | {_sp(row['peak'][s])} |")

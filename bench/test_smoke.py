@@ -128,5 +128,47 @@ class PeerShedding(unittest.TestCase):
             if saved is not None:
                 os.environ["BENCH_TRITON_QUEUE_POLICY"] = saved
 
+
+class Combine(unittest.TestCase):
+    """`bench.py --combine`: runs of a repeat made a model at a time
+    (rep-K/<model>/) are combined with runs of both (rep-K/)."""
+
+    @staticmethod
+    def run_dir(d: Path, git: str, caps: dict[str, dict[str, float]]):
+        d.mkdir(parents=True)
+        models = [{"model": m, "slo_ms": 20.0, "engine": [{"images_per_s": 200.0}],
+                   "systems": [{"system": k, "capacity": {"ok_per_s": v}, "peak": {"ok_per_s": v}}
+                               for k, v in c.items()]} for m, c in caps.items()]
+        (d / "summary.json").write_text(json.dumps({"meta": {"git": git, "started": git}, "models": models}))
+        (d / "report.md").write_text(f"report of {git}\n")
+
+    def test_per_model_runs_count_per_model_and_each_model_shows_its_last_run(self):
+        import tempfile
+        saved = os.environ.get("BENCH_UPDATE_DOCS")
+        os.environ["BENCH_UPDATE_DOCS"] = "0"
+        try:
+            with tempfile.TemporaryDirectory() as t:
+                top = Path(t)
+                self.run_dir(top / "rep-1", "r1", {"squeezenet": {"kneepoint": 60, "triton": 40},
+                                                   "resnet50": {"kneepoint": 8, "triton": 7}})
+                self.run_dir(top / "rep-2" / "squeezenet", "r2s", {"squeezenet": {"kneepoint": 62, "triton": 41}})
+                self.run_dir(top / "rep-2" / "resnet50", "r2r", {"resnet50": {"kneepoint": 9, "triton": 7}})
+                self.run_dir(top / "rep-10" / "squeezenet", "r10s", {"squeezenet": {"kneepoint": 58, "triton": 42}})
+                self.assertEqual(bench.combine(top, bench.Settings(False)), 0)
+                md = (top / "report.md").read_text()
+        finally:
+            if saved is None:
+                del os.environ["BENCH_UPDATE_DOCS"]
+            else:
+                os.environ["BENCH_UPDATE_DOCS"] = saved
+        self.assertIn("### Over 2 or 3 runs per model", md)
+        self.assertIn("| kneepoint | 60.0 [58.0–62.0] |", md)
+        self.assertIn("3 runs: r1 at r1; r2s at r2s; r10s at r10s.", md)
+        self.assertIn("of 4 commits (r1, r10s, r2r, r2s): not one record", md)
+        # Each model's last run in detail, rep-10 after rep-2 (not as text).
+        self.assertIn("### The last run of squeezenet (rep-10/squeezenet) in detail\n\nreport of r10s", md)
+        self.assertIn("### The last run of resnet50 (rep-2/resnet50) in detail\n\nreport of r2r", md)
+
+
 if __name__ == "__main__":
     unittest.main()
