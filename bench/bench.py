@@ -156,7 +156,7 @@ HZ = os.sysconf("SC_CLK_TCK")
 WINDOW_FIELDS = ["model", "system", "level", "phase", "label", "window", "offered_rps", "seconds", "seed",
                  "sent", "ok", "errors", "unanswered", "duplicates", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "max_ms",
                  "mean_batch", "lag_p99_ms", "statuses", "server_cpu_s", "worker_cpu_s", "client_cpu_s",
-                 "loadavg1", "wall_s"]
+                 "loadavg1", "wall_s", "ok_rtt_us_counts"]
 LEVEL_FIELDS = ["model", "system", "level", "phase", "label", "offered_rps", "windows", "stable", "sent", "ok",
                 "failed", "error_frac", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "server_cpu_ms_per_req",
                 "worker_cpu_ms_per_req", "client_cpu_ms_per_req", "meets_slo"]
@@ -759,6 +759,8 @@ class Runner:
             "ok_per_s": round(ok / span, 3),
             "p50_ms": q("p50"), "p90_ms": q("p90"), "p99_ms": q("p99"),
             "max_ms": rtt["max"] / 1000, "mean_batch": rep.get("mean_batch_size") or "",
+            "ok_rtt_us_counts": json.dumps(rep["ok_rtt_us_counts"], separators=(",", ":"))
+            if "ok_rtt_us_counts" in rep else "",
             "lag_p99_ms": rep["lag_us"]["p99"] / 1000 if "lag_us" in rep else "",
             "statuses": json.dumps({k: v for k, v in rep["status"].items() if v} | (
                 {"unanswered": rep["unanswered"]} if rep["unanswered"] else {}), sort_keys=True),
@@ -970,7 +972,7 @@ def header_markdown(meta: dict, s: Settings) -> str:
          "client's round trip, from the request's scheduled time.",
          f"- **Levels**: windows of {s.window_s:.3g}–{s.window_max_s:g} s (≥ {s.window_requests} requests), "
          f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
-         f"figures are the means of the last three. Warm-up {s.warmup_s:g} s per system. A level meets the "
+         f"the OK rate is the mean of the last three, the latency percentiles are over all their requests together. Warm-up {s.warmup_s:g} s per system. A level meets the "
          "SLO when p99 ≤ SLO, ≤ 1% of requests failed (non-OK answer, e.g. kneepoint's OVERLOADED, or none "
          "in time). Latency percentiles count every request sent, a failed one as later than any OK answer "
          "(for every system alike; ∞: the percentile falls among the failures). ✗ marks a point that misses "

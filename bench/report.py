@@ -8,8 +8,12 @@ with nothing installed. Terms:
 - a *level* is one offered rate, measured in windows until the last three
   agree (Triton perf_analyzer's convention: OK throughput and p99 latency of
   each of the three within +-10% of their mean) or --max-windows ran; its
-  figures are the means over those last three windows, as perf_analyzer
-  reports them;
+  OK rate is the mean over those last three windows, its latency
+  percentiles are over all their requests together (`pooled_percentiles`,
+  from each window's OK round trips as the load generators count them):
+  not the mean of the windows' percentiles, in which one window with more
+  than 1% failed makes the level's p99 infinite while another's late
+  answers average out;
 - latency percentiles count every request sent, a failed one (any answer
   other than OK — kneepoint's OVERLOADED sheds, HTTP errors — or no answer
   within the timeout) as later than any OK answer: both load generators
@@ -34,6 +38,7 @@ with nothing installed. Terms:
 from __future__ import annotations
 
 import html
+import json
 import math
 import re
 from pathlib import Path
@@ -71,6 +76,41 @@ def stable(windows: list[dict], stability: float = STABILITY) -> bool:
     return True
 
 
+def pooled_percentiles(windows: list[dict], quantiles=(0.50, 0.90, 0.99)) -> list[float] | None:
+    """Round-trip percentiles (ms) over every request of `windows`
+    together, a failed one (sent, not answered OK) as later than any OK
+    answer: infinite where the percentile falls among the failures. Nearest
+    rank, as the load generators' own `rtt_failed_as_late_us`: the
+    q-quantile of n requests is the ceil(q*n)-th smallest. From each
+    window's `ok_rtt_us_counts` ([value, count] pairs, JSON); None when a
+    window has none (runs before they were recorded)."""
+    counts: dict[int, int] = {}
+    sent = 0
+    for w in windows:
+        raw = w.get("ok_rtt_us_counts")
+        if raw is None or raw == "":
+            return None
+        for v, n in (json.loads(raw) if isinstance(raw, str) else raw):
+            counts[int(v)] = counts.get(int(v), 0) + int(n)
+        sent += int(w["sent"])
+    values = sorted(counts.items())
+    n_ok = sum(n for _, n in values)
+    total = max(sent, n_ok)
+    out = []
+    for q in quantiles:
+        rank = max(1, math.ceil(q * total - 1e-9))
+        if total == 0 or rank > n_ok:
+            out.append(math.inf)
+            continue
+        seen = 0
+        for v, n in values:
+            seen += n
+            if seen >= rank:
+                out.append(v / 1000)
+                break
+    return out
+
+
 def aggregate(windows: list[dict], slo_ms: float, stability: float = STABILITY,
               max_error: float = MAX_ERROR) -> dict:
     """One level from its windows (see the module's docstring)."""
@@ -82,6 +122,8 @@ def aggregate(windows: list[dict], slo_ms: float, stability: float = STABILITY,
     mean = lambda k: sum(float(w[k]) for w in last) / n  # noqa: E731
     cpu = lambda k: sum(float(w[k]) for w in last)  # noqa: E731
     offered = float(windows[0]["offered_rps"])
+    pooled = pooled_percentiles(last)
+    p50, p90, p99 = pooled if pooled else (mean("p50_ms"), mean("p90_ms"), mean("p99_ms"))
     lvl = {
         "offered_rps": offered,
         "windows": len(windows),
@@ -91,9 +133,10 @@ def aggregate(windows: list[dict], slo_ms: float, stability: float = STABILITY,
         "failed": failed,
         "error_frac": failed / sent if sent else 1.0,
         "ok_per_s": mean("ok_per_s"),
-        "p50_ms": mean("p50_ms"),
-        "p90_ms": mean("p90_ms"),
-        "p99_ms": mean("p99_ms"),
+        "p50_ms": p50,
+        "p90_ms": p90,
+        "p99_ms": p99,
+        "pooled": pooled is not None,
         "server_cpu_ms_per_req": 1000 * cpu("server_cpu_s") / ok if ok else float("nan"),
         "worker_cpu_ms_per_req": 1000 * cpu("worker_cpu_s") / ok if ok else float("nan"),
         "client_cpu_ms_per_req": 1000 * cpu("client_cpu_s") / ok if ok else float("nan"),

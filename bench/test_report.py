@@ -6,6 +6,8 @@ into levels, capacities, tables and plots (run by `make test`).
 
 from __future__ import annotations
 
+import json
+import math
 import sys
 import unittest
 import xml.etree.ElementTree as ET
@@ -92,6 +94,49 @@ class Levels(unittest.TestCase):
         levels = [{"ok_per_s": 50, "meets_slo": True}, {"ok_per_s": 120, "meets_slo": False}]
         self.assertEqual(report.peak(levels)["ok_per_s"], 120)
         self.assertIsNone(report.peak([]))
+
+
+class Pooled(unittest.TestCase):
+    @staticmethod
+    def w(sent, ok_ms, p99_ms=0.0):
+        counts = {}
+        for v in ok_ms:
+            counts[int(v * 1000)] = counts.get(int(v * 1000), 0) + 1
+        return {"offered_rps": "50", "sent": str(sent), "ok": str(len(ok_ms)),
+                "errors": str(sent - len(ok_ms)), "unanswered": "0", "ok_per_s": "50", "p50_ms": "1",
+                "p90_ms": "1", "p99_ms": str(p99_ms), "server_cpu_s": "0", "worker_cpu_s": "0",
+                "client_cpu_s": "0", "ok_rtt_us_counts": json.dumps(sorted(counts.items()))}
+
+    def test_one_windows_failures_do_not_make_the_level_infinite(self):
+        # 700 requests a window; the first has 8 failed (1.1%: its own p99
+        # is among them), the other two none: 8 of 2,100 (0.38%) pooled.
+        ws = [self.w(700, [5.0] * 600 + [9.0] * 92, math.inf),
+              self.w(700, [5.0] * 650 + [12.0] * 50, 12.0), self.w(700, [5.0] * 690 + [15.0] * 10, 15.0)]
+        p50, p90, p99 = report.pooled_percentiles(ws)
+        self.assertEqual((p50, p90), (5.0, 5.0))
+        # Rank ceil(0.99 * 2100) = 2079 of 2092 OK answers: 12 ms.
+        self.assertEqual(p99, 12.0)
+        lv = report.aggregate(ws, slo_ms=20.0)
+        self.assertTrue(lv["pooled"] and lv["meets_slo"], lv)
+        self.assertAlmostEqual(lv["error_frac"], 8 / 2100)
+
+    def test_late_answers_do_not_average_out_either(self):
+        # Two calm windows and one where 5% came late: the windows' mean
+        # p99 would be (6 + 6 + 40) / 3 = 17.3 ms, under a 20 ms SLO; over
+        # the requests together 35 of 2,100 (1.7%) are late.
+        ws = [self.w(700, [5.0] * 693 + [6.0] * 7, 6.0), self.w(700, [5.0] * 693 + [6.0] * 7, 6.0),
+              self.w(700, [5.0] * 665 + [40.0] * 35, 40.0)]
+        lv = report.aggregate(ws, slo_ms=20.0)
+        self.assertEqual(lv["p99_ms"], 40.0)
+        self.assertFalse(lv["meets_slo"])
+
+    def test_more_than_one_percent_failed_is_infinite_and_old_windows_fall_back_to_means(self):
+        ws = [self.w(100, [5.0] * 98)]
+        self.assertEqual(report.pooled_percentiles(ws)[2], math.inf)
+        old = [dict(w, ok_rtt_us_counts="") for w in [self.w(100, [5.0] * 100, 7.0), self.w(100, [5.0] * 100, 9.0)]]
+        self.assertIsNone(report.pooled_percentiles(old))
+        lv = report.aggregate(old, slo_ms=20.0)
+        self.assertEqual((lv["pooled"], lv["p99_ms"]), (False, 8.0))
 
 
 class Repeats(unittest.TestCase):

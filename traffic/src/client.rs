@@ -345,6 +345,19 @@ pub fn late_percentiles(ok: &Histogram<u64>, failed: u64) -> LatePercentiles {
     }
 }
 
+/// The values `h` recorded as `[value, count]` pairs, lowest first, each
+/// value the highest of its bucket (what `value_at_quantile` returns, at
+/// the histogram's 3 significant digits). With [`LatePercentiles::failed`]
+/// it is what percentiles over several runs together need: bench/report.py
+/// pools a load level's windows so, instead of averaging their p99s (an
+/// average in which one window's failures make the level's p99 infinite
+/// while late answers average out).
+pub fn recorded(h: &Histogram<u64>) -> Vec<[u64; 2]> {
+    h.iter_recorded()
+        .map(|v| [v.value_iterated_to(), v.count_at_value()])
+        .collect()
+}
+
 /// The outcome of a client run (`kp-client --json` prints it).
 #[derive(Clone, Debug, Serialize)]
 pub struct Report {
@@ -399,6 +412,9 @@ pub struct Report {
     /// The round trip over every request sent, failures (another status,
     /// no answer) counted as late ([`LatePercentiles`]).
     pub rtt_failed_as_late_us: LatePercentiles,
+    /// The OK answers' round trips, µs, as `[value, count]` pairs
+    /// ([`recorded`]).
+    pub ok_rtt_us_counts: Vec<[u64; 2]>,
     /// Open loop: send lag behind the schedule, µs.
     pub lag_us: Percentiles,
     /// The platform's `latency_us`.
@@ -587,6 +603,7 @@ pub fn run(cfg: &ClientConfig, inputs: &Inputs) -> Result<Report, ClientError> {
         },
         rtt_us: Percentiles::of(&t.rtt_us),
         rtt_failed_as_late_us: late_percentiles(&t.ok_rtt_us, t.sent - ok),
+        ok_rtt_us_counts: recorded(&t.ok_rtt_us),
         lag_us: Percentiles::of(&t.lag_us),
         platform_latency_us: Percentiles::of(&t.platform_latency_us),
         mean_batch_size: (ok > 0).then(|| t.batch_size_sum as f64 / ok as f64),
@@ -854,6 +871,42 @@ mod tests {
         let empty = Histogram::<u64>::new_with_bounds(1, HIST_MAX_US, 3).unwrap();
         assert_eq!(late_percentiles(&empty, 0).p50, None);
         assert_eq!(late_percentiles(&empty, 3).p50, None);
+    }
+
+    #[test]
+    fn recorded_values_give_back_the_histograms_own_percentiles() {
+        let mut ok = Histogram::<u64>::new_with_bounds(1, HIST_MAX_US, 3).unwrap();
+        for (us, n) in [
+            (5_071u64, 40u64),
+            (6_300, 30),
+            (12_345, 20),
+            (19_990, 9),
+            (250_000, 1),
+        ] {
+            ok.record_n(us, n).unwrap();
+        }
+        let pairs = recorded(&ok);
+        assert_eq!(pairs.len(), 5);
+        assert!(pairs.windows(2).all(|w| w[0][0] < w[1][0]));
+        assert_eq!(pairs.iter().map(|p| p[1]).sum::<u64>(), ok.len());
+        // The k-th smallest value, read from the pairs, is the histogram's
+        // own value at that rank: what a harness merging windows computes.
+        let kth = |k: u64| {
+            let mut seen = 0;
+            pairs
+                .iter()
+                .find(|p| {
+                    seen += p[1];
+                    seen >= k
+                })
+                .map(|p| p[0])
+        };
+        let l = late_percentiles(&ok, 0);
+        assert_eq!(kth(50), l.p50);
+        assert_eq!(kth(90), l.p90);
+        assert_eq!(kth(99), l.p99);
+        assert_eq!(kth(100), Some(ok.highest_equivalent(250_000)));
+        assert!(recorded(&Histogram::<u64>::new(3).unwrap()).is_empty());
     }
     use std::net::UdpSocket;
     use std::sync::atomic::AtomicUsize;

@@ -47,7 +47,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use hdrhistogram::Histogram;
-use kp_traffic::client::{late_percentiles, parse_duration};
+use kp_traffic::client::{late_percentiles, parse_duration, recorded};
 use kp_traffic::input::{InputArgs, InputShape};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -660,6 +660,7 @@ fn run(a: Args) -> Result<()> {
         "ok_per_s": if answer_span_s > 0.0 { ok as f64 / answer_span_s } else { 0.0 },
         "rtt_us": percentiles(&t.rtt_us),
         "rtt_failed_as_late_us": late_percentiles(&t.ok_rtt_us, sent.saturating_sub(t.ok_rtt_us.len())),
+        "ok_rtt_us_counts": recorded(&t.ok_rtt_us),
         "lag_us": percentiles(&t.lag_us),
         "beyond_platform_us": percentiles(&t.beyond_platform_us),
     });
