@@ -879,15 +879,18 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
                 continue
             cap = report.capacity(levels)
             peak = report.peak(levels)
-            # The search's bracket: the lowest offered rate above the
-            # capacity level's that missed the SLO.
+            # The search's bracket: the highest offered rate that met the
+            # SLO and the lowest above it that missed (the capacity is the
+            # highest OK *rate* among the levels that met it, which Poisson
+            # arrivals may give to a level just below).
+            met = [lv["offered_rps"] for lv in levels if lv["phase"] in SEARCH_PHASES and lv["meets_slo"]]
             above = [lv["offered_rps"] for lv in levels if lv["phase"] in SEARCH_PHASES and not lv["meets_slo"]
-                     and cap and lv["offered_rps"] > cap["offered_rps"]]
+                     and (not met or lv["offered_rps"] > max(met))]
             points = {lv["label"]: lv for lv in levels if lv["phase"] == "point"}
             # CPU per request: at the capacity level (busy, within the SLO).
             cpu_level = cap
             systems.append({"system": sysname, "capacity": cap, "peak": peak, "points": points, "levels": levels,
-                            "missed_above": min(above) if above else None,
+                            "bracket": [max(met) if met else None, min(above) if above else None],
                             "cpu_level": cpu_level or cap, "error": None if levels else err})
             series[sysname] = levels
             row = {"model": name, "system": sysname, "slo_ms": m["slo_ms"], "engine_limit_img_s": best,

@@ -83,7 +83,11 @@ def confirm(meets: Meets, scout: Bracket, resolution: float, refine: int, top: f
     downward while they miss, by a step that starts at the scouts' bracket
     width and doubles each time, not above `top` (the sweep's highest rate:
     a system that meets it there has no bracket) nor below `floor`; then
-    bisection. Returns the bracket of full levels."""
+    bisection. Where no scout met the SLO, one full level at the lowest
+    scout's rate decides: if it misses too, the search ends there (no
+    capacity at or above it) instead of walking below the scouts' floor,
+    where a level of 2,000 requests takes a quarter of an hour. Returns
+    the bracket of full levels."""
     s_lo, s_hi = scout
     if s_lo is None and s_hi is None:
         return None, None
@@ -103,6 +107,8 @@ def confirm(meets: Meets, scout: Bracket, resolution: float, refine: int, top: f
             lo = rate
             grow *= 2
             rate = lo * (1 + grow)
+    elif s_lo is None:
+        hi = start
     else:
         hi = start
         rate = start / (1 + grow)

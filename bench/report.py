@@ -166,6 +166,14 @@ def _f(v, nd=1):
     return f"{v:.{nd}f}"
 
 
+def _lowest(system: dict) -> str:
+    """', down to N req/s offered': the lowest rate a system's levels
+    tried, where none met the SLO (bench.py searches no lower than its
+    lowest scout)."""
+    rates = [lv["offered_rps"] for lv in system.get("levels") or [] if lv.get("phase") not in ("point", "peak")]
+    return f", down to {min(rates):.2f} req/s offered" if rates else ""
+
+
 def model_markdown(m: dict) -> str:
     """The section of one model: engine limit, the systems side by side."""
     eng = m["engine"]
@@ -199,7 +207,7 @@ def model_markdown(m: dict) -> str:
                 cells.append(f"{_f(lv['p50_ms'])} / {_f(lv['p90_ms'])} / {_f(lv['p99_ms'])}{flag}")
         ref = s.get("cpu_level") or {}
         cpu = f"{_f(ref.get('server_cpu_ms_per_req'), 2)} ({_f(ref.get('worker_cpu_ms_per_req'), 2)})"
-        capcell = f"**{_f(cap['ok_per_s'])}**" if cap else "none (no level met the SLO)"
+        capcell = f"**{_f(cap['ok_per_s'])}**" if cap else f"none (no level met the SLO{_lowest(s)})"
         pct = f"{100 * cap['ok_per_s'] / best['images_per_s']:.0f}%" if cap and best else "-"
         pk = s.get("peak")
         pkcell = (f"{_f(pk['ok_per_s'])} ({100 * pk['ok_per_s'] / best['images_per_s']:.0f}%)"
@@ -207,11 +215,12 @@ def model_markdown(m: dict) -> str:
         L.append(f"| {NAMES.get(s['system'], s['system'])} | {capcell} | {pct} | " + " | ".join(cells)
                  + f" | {cpu} | {pkcell} |")
     L.append("")
-    brackets = [f"{NAMES.get(s['system'], s['system'])} {_f(s['capacity']['offered_rps'], 2)} / "
-                f"{_f(s.get('missed_above'), 2)}" for s in m["systems"] if s.get("capacity")]
+    brackets = [f"{NAMES.get(s['system'], s['system'])} {_f(s['bracket'][0], 2)} / {_f(s['bracket'][1], 2)}"
+                for s in m["systems"] if s.get("bracket")]
     if brackets:
         L += ["Capacity bracket (offered req/s: the highest level that met the SLO / the lowest above it that "
-              "missed): " + "; ".join(brackets) + ".", ""]
+              "missed; the capacity is the highest OK rate among the levels that met it): "
+              + "; ".join(brackets) + ".", ""]
     caps = {s["system"]: (s["capacity"] or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
     peaks = {s["system"]: (s.get("peak") or {}).get("ok_per_s") for s in m["systems"] if not s.get("error")}
     for me, how in KNEEPOINTS.items():
@@ -222,7 +231,8 @@ def model_markdown(m: dict) -> str:
                 if caps.get(peer):
                     ratios.append(f"{me} / {NAMES[peer]} = **{kp / caps[peer]:.2f}×**")
                 elif peer in caps:
-                    ratios.append(f"{NAMES[peer]} met the SLO at no level measured")
+                    low = _lowest(next(x for x in m["systems"] if x["system"] == peer))
+                    ratios.append(f"{NAMES[peer]} met the SLO at no level measured{low}")
             if best:
                 ratios.append(f"{me} / engine limit = **{kp / best['images_per_s']:.2f}**")
         if peaks.get(me) and best:

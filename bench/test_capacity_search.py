@@ -103,17 +103,24 @@ class Confirm(unittest.TestCase):
         self.assertEqual(self.scout_then_confirm(full, System(1e9))[1], (217.0, None))
         self.assertLessEqual(max(full.tried), 217.0)
 
-    def test_no_scout_met_and_no_full_level_meets_stops_at_the_floor(self):
+    def test_no_scout_met_and_no_full_level_meets_one_full_level_says_so(self):
         full = System(0.1)
         scout, (lo, hi) = self.scout_then_confirm(full, System(0.1))
         self.assertIsNone(scout[0])
-        self.assertIsNone(lo)
-        self.assertTrue(all(r >= cs.FLOOR for r in full.tried))
+        self.assertEqual((lo, hi), (None, scout[1]))
+        self.assertEqual(full.tried, [scout[1]])
 
-    def test_no_scout_met_but_a_full_level_does(self):
+    def test_no_scout_met_but_the_full_level_does_and_the_search_goes_up(self):
+        full = System(4.0)
+        scout, (lo, hi) = self.scout_then_confirm(full, System(0.1))
+        self.assertIsNone(scout[0])
+        self.assertTrue(lo <= 4.0 < hi and hi - lo <= 0.02 * lo, (lo, hi))
+
+    def test_nothing_is_searched_below_the_lowest_scout(self):
         full = System(2.5)
         scout, (lo, hi) = self.scout_then_confirm(full, System(0.1))
-        self.assertTrue(lo <= 2.5 < hi and hi - lo <= 0.02 * lo, (lo, hi))
+        self.assertEqual((lo, hi), (None, scout[1]))
+        self.assertEqual(len(full.tried), 1)
 
     def test_no_scouts_no_full_levels(self):
         full = System(10.0)
