@@ -350,6 +350,9 @@ def svg_plot(model: str, slo_ms: float, engine_limit: float | None, series: dict
 
 # --- repeats: medians, spreads, and what they allow to be said ----------------
 
+# Runs a comparison needs before it is called a win or a loss (issue 13).
+REPEATS_NEEDED = 3
+
 # The issue's capacity targets: kneepoint (as designed) against each peer.
 TARGETS = {"squeezenet": 1.5, "resnet50": 1.2}
 
@@ -371,12 +374,27 @@ def _sp(x: dict | None, nd: int = 1, unit: str = "") -> str:
     return f"{x['median']:.{nd}f}{unit} [{x['min']:.{nd}f}–{x['max']:.{nd}f}]"
 
 
+def _capacity_or_bound(system: dict | None) -> tuple[float | None, bool]:
+    """A run's capacity of a system (OK req/s), or, where no level met the
+    SLO, the lowest offered rate that missed it (its search went no lower,
+    so the capacity is below it): (value, True) for such a bound, (None,
+    False) when there is neither."""
+    if not system:
+        return None, False
+    if system.get("capacity"):
+        return system["capacity"]["ok_per_s"], False
+    hi = (system.get("bracket") or [None, None])[1]
+    return (hi, True) if hi else (None, False)
+
+
 def repeats(runs: list[dict]) -> list[dict]:
     """Per model, over runs (each a bench run's summary.json: {"meta",
     "models"}): each system's capacity and peak (OK req/s), the engine
     limit, and for each kneepoint way and peer the per-run ratio of
     capacities; a comparison is a *win* (or a *loss*) only when the two
-    systems' capacity spreads do not overlap."""
+    systems' capacity spreads do not overlap. A peer that met the SLO at no
+    level counts with the lowest rate it missed at as an upper bound of its
+    capacity, and the ratios with it are lower bounds ("at_least")."""
     out = []
     names = list(dict.fromkeys(m["model"] for r in runs for m in r["models"]))
     for name in names:
@@ -384,18 +402,25 @@ def repeats(runs: list[dict]) -> list[dict]:
         per = [m for m in per if m]
         systems = list(dict.fromkeys(s["system"] for m in per for s in m["systems"]))
 
+        def find(m, system):
+            return next((s for s in m["systems"] if s["system"] == system), None)
+
         def caps(system, key="capacity"):
             vals = []
             for m in per:
-                s = next((s for s in m["systems"] if s["system"] == system), None)
+                s = find(m, system)
                 if s and s.get(key):
                     vals.append(s[key]["ok_per_s"])
             return vals
+
+        def bounds(system):
+            return [v for v, bound in (_capacity_or_bound(find(m, system)) for m in per) if bound]
 
         engine = [max(r["images_per_s"] for r in m["engine"]) for m in per if m.get("engine")]
         row = {"model": name, "runs": len(per), "slo_ms": spread([m["slo_ms"] for m in per]),
                "engine_limit": spread(engine),
                "capacity": {s: spread(caps(s)) for s in systems},
+               "below": {s: spread(bounds(s)) for s in systems},
                "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": []}
         for me in KNEEPOINTS:
             if me not in systems:
@@ -403,18 +428,25 @@ def repeats(runs: list[dict]) -> list[dict]:
             for peer in ("triton", "ray"):
                 if peer not in systems:
                     continue
-                ratios = []
+                ratios, at_least, peer_values = [], False, []
                 for m in per:
-                    c = {s["system"]: (s.get("capacity") or {}).get("ok_per_s") for s in m["systems"]}
-                    if c.get(me) and c.get(peer):
-                        ratios.append(c[me] / c[peer])
-                a, b = row["capacity"][me], row["capacity"][peer]
-                verdict = ("win" if a and b and a["min"] > b["max"] else
-                           "loss" if a and b and a["max"] < b["min"] else "overlap")
+                    kp = (find(m, me) or {}).get("capacity")
+                    v, bound = _capacity_or_bound(find(m, peer))
+                    if v is not None:
+                        peer_values.append(v)
+                    if kp and v:
+                        ratios.append(kp["ok_per_s"] / v)
+                        at_least |= bound
+                a = row["capacity"][me]
+                b = spread(peer_values)
+                verdict = ("few" if len(per) < REPEATS_NEEDED else
+                           "win" if a and b and a["min"] > b["max"] else
+                           "loss" if a and b and a["max"] < b["min"] and not row["below"][peer] else "overlap")
                 target = TARGETS.get(name) if me == "kneepoint" else None
                 r = spread(ratios)
                 row["comparisons"].append({
-                    "kneepoint": me, "peer": peer, "ratio": r, "verdict": verdict, "target": target,
+                    "kneepoint": me, "peer": peer, "ratio": r, "at_least": at_least, "verdict": verdict,
+                    "target": target,
                     "target_met": (target is not None and r is not None and verdict == "win"
                                    and r["median"] >= target)})
         out.append(row)
@@ -438,20 +470,28 @@ def repeats_markdown(runs: list[dict]) -> str:
         mine = [r for r in runs if any(m["model"] == row["model"] for m in r["models"])]
         L += [f"#### {row['model']} (SLO {_sp(row['slo_ms'], 1, ' ms')}; engine limit "
               f"{_sp(row['engine_limit'])} images/s)", "",
-              f"{row['runs']} runs: " + "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}"
+              f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: " + "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}"
                                                   for r in mine) + ".", "",
               "| system | capacity: OK req/s with p99 ≤ SLO | peak: OK req/s, saturated |", "|---|---|---|"]
         for s in systems:
-            L.append(f"| {NAMES.get(s, s)} | {_sp(row['capacity'][s])} | {_sp(row['peak'][s])} |")
+            cap = _sp(row["capacity"][s])
+            if row["below"][s]:
+                cap = (f"{cap}; " if row["capacity"][s] else "") + (
+                    f"no level met the SLO in {row['below'][s]['n']} of the runs: below {_sp(row['below'][s])}")
+            L.append(f"| {NAMES.get(s, s)} | {cap} | {_sp(row['peak'][s])} |")
         L.append("")
     L += ["### What the runs say (generated)", ""]
     for row in reps:
         for c in row["comparisons"]:
             how = {"win": "a win: the capacity spreads do not overlap",
                    "loss": "a loss: the capacity spreads do not overlap",
-                   "overlap": "not a win or a loss: the capacity spreads overlap"}[c["verdict"]]
+                   "overlap": "not a win or a loss: the capacity spreads overlap",
+                   "few": f"not called a win or a loss: {row['runs']} of the {REPEATS_NEEDED} runs a verdict "
+                          "needs"}[c["verdict"]]
             line = (f"- {row['model']}: {c['kneepoint']} / {NAMES[c['peer']]} = "
-                    f"{_sp(c['ratio'], 2, '×')}, {how}")
+                    f"{'at least ' if c['at_least'] else ''}{_sp(c['ratio'], 2, '×')}"
+                    f"{' (the peer met the SLO at no level, down to the rate it is divided by)' if c['at_least'] else ''}"
+                    f", {how}")
             if c["target"] is not None:
                 line += (f"; the issue's target (a median ≥ {c['target']:g}× and a win) is "
                          f"{'met' if c['target_met'] else 'not met'}")

@@ -174,14 +174,32 @@ class Repeats(unittest.TestCase):
         self.assertIn("kneepoint's capacity is 0.95 of the engine limit", md)
         self.assertNotIn("dirty", md)
 
-    def test_a_loss_a_missing_capacity_and_a_dirty_tree_are_said(self):
-        runs = [self.one("b2+dirty", {"kneepoint": 100, "triton": 150}),
-                self.one("b2", {"kneepoint": 110, "triton": None})]
+    def test_a_peer_that_never_met_the_slo_gives_a_lower_bound_and_can_be_beaten(self):
+        runs = [self.one("c3", {"kneepoint": 90, "ray": None}) for _ in range(3)]
+        for r, low in zip(runs, (3.2, 3.0, 3.4)):
+            r["models"][0]["systems"][1]["bracket"] = [None, low]
         row = report.repeats(runs)[0]
         c = row["comparisons"][0]
-        self.assertEqual(row["capacity"]["triton"]["n"], 1)
+        self.assertEqual((c["peer"], c["verdict"], c["at_least"]), ("ray", "win", True))
+        self.assertAlmostEqual(c["ratio"]["median"], 90 / 3.2)
+        md = report.repeats_markdown(runs)
+        self.assertIn("| Ray Serve | no level met the SLO in 3 of the runs: below 3.2 [3.0–3.4] |", md)
+        self.assertIn("kneepoint / Ray Serve = at least 28.12× [26.47–30.00]", md)
+        # One run is not a verdict, however large the ratio.
+        row = report.repeats(runs[:1])[0]
+        self.assertEqual(row["comparisons"][0]["verdict"], "few")
+        self.assertFalse(row["comparisons"][0]["target_met"])
+        self.assertIn("1 of the 3 runs a verdict needs", report.repeats_markdown(runs[:1]))
+
+    def test_a_loss_a_missing_capacity_and_a_dirty_tree_are_said(self):
+        runs = [self.one("b2+dirty", {"kneepoint": 100, "triton": 150}),
+                self.one("b2", {"kneepoint": 110, "triton": None}),
+                self.one("b2", {"kneepoint": 105, "triton": 160})]
+        row = report.repeats(runs)[0]
+        c = row["comparisons"][0]
+        self.assertEqual(row["capacity"]["triton"]["n"], 2)
         self.assertEqual(c["verdict"], "loss")
-        self.assertEqual(c["ratio"]["n"], 1)  # only the run where both met the SLO
+        self.assertEqual(c["ratio"]["n"], 2)  # only the runs where both met the SLO
         self.assertIn("not a record", report.repeats_markdown(runs))
 
 
