@@ -781,12 +781,12 @@ class Runner:
         else:
             seconds = min(self.s.window_max_s, max(self.s.window_s, self.s.window_requests / rate))
             ws = []
-        while phase != "scout" and len(ws) < self.s.max_windows:
-            ws.append(self.window(rate, seconds, phase, label, len(ws) + 1))
-            if len(ws) >= self.s.min_windows and (len(ws) < 3 or report.stable(ws, self.s.stability)):
-                break
-            if len(ws) >= 3 and report.aggregate(ws, self.m["slo_ms"])["error_frac"] > 0.5:
-                break  # far past capacity: more windows will not agree
+            while len(ws) < self.s.max_windows:
+                ws.append(self.window(rate, seconds, phase, label, len(ws) + 1))
+                if len(ws) >= self.s.min_windows and (len(ws) < 3 or report.stable(ws, self.s.stability)):
+                    break
+                if len(ws) >= 3 and report.aggregate(ws, self.m["slo_ms"])["error_frac"] > 0.5:
+                    break  # far past capacity: more windows will not agree
         lv = report.aggregate(ws, self.m["slo_ms"], self.s.stability)
         lv.update(model=self.m["name"], system=self.sys.name, level=self.level, phase=phase, label=label)
         append_csv(self.out / "levels.csv", LEVEL_FIELDS, lv)

@@ -467,11 +467,11 @@ def repeats_markdown(runs: list[dict]) -> str:
         L += ["**Some runs were of a tree with uncommitted changes (+dirty): not a record.**", ""]
     for row in reps:
         systems = list(row["capacity"])
-        mine = [r for r in runs if any(m["model"] == row["model"] for m in r["models"])]
+        mine = "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}" for r in runs
+                         if any(m["model"] == row["model"] for m in r["models"]))
         L += [f"#### {row['model']} (SLO {_sp(row['slo_ms'], 1, ' ms')}; engine limit "
               f"{_sp(row['engine_limit'])} images/s)", "",
-              f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: " + "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}"
-                                                  for r in mine) + ".", "",
+              f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: {mine}.", "",
               "| system | capacity: OK req/s with p99 ≤ SLO | peak: OK req/s, saturated |", "|---|---|---|"]
         for s in systems:
             cap = _sp(row["capacity"][s])
@@ -488,13 +488,14 @@ def repeats_markdown(runs: list[dict]) -> str:
                    "overlap": "not a win or a loss: the capacity spreads overlap",
                    "few": f"not called a win or a loss: {row['runs']} of the {REPEATS_NEEDED} runs a verdict "
                           "needs"}[c["verdict"]]
+            bound = " (the peer met the SLO at no level, down to the rate it is divided by)"
             line = (f"- {row['model']}: {c['kneepoint']} / {NAMES[c['peer']]} = "
                     f"{'at least ' if c['at_least'] else ''}{_sp(c['ratio'], 2, '×')}"
-                    f"{' (the peer met the SLO at no level, down to the rate it is divided by)' if c['at_least'] else ''}"
-                    f", {how}")
+                    f"{bound if c['at_least'] else ''}, {how}")
             if c["target"] is not None:
                 line += (f"; the issue's target (a median ≥ {c['target']:g}× and a win) is "
-                         f"{'met' if c['target_met'] else 'not met'}")
+                         + ("not judged yet" if c["verdict"] == "few" else
+                            "met" if c["target_met"] else "not met"))
             L.append(line + ".")
         cap = row["capacity"].get("kneepoint")
         if cap and row["engine_limit"]:

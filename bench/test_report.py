@@ -189,7 +189,8 @@ class Repeats(unittest.TestCase):
         row = report.repeats(runs[:1])[0]
         self.assertEqual(row["comparisons"][0]["verdict"], "few")
         self.assertFalse(row["comparisons"][0]["target_met"])
-        self.assertIn("1 of the 3 runs a verdict needs", report.repeats_markdown(runs[:1]))
+        self.assertIn("1 of the 3 runs a verdict needs; the issue's target (a median ≥ 1.5× and a win) is not "
+                      "judged yet", report.repeats_markdown(runs[:1]))
 
     def test_a_loss_a_missing_capacity_and_a_dirty_tree_are_said(self):
         runs = [self.one("b2+dirty", {"kneepoint": 100, "triton": 150}),
