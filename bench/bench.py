@@ -1035,10 +1035,10 @@ def main() -> int:
                          "detail, into DIR/report.md and docs/PERFORMANCE.md")
     a = ap.parse_args()
     s = Settings(a.smoke)
-    if a.combine:
-        return combine(a.combine.resolve(), s)
     out = (a.out or Path(env("BENCH_OUT", str(REPO / "target/bench/peers")))).resolve()
     docs = (a.docs or (out / "docs" if a.smoke else Path(env("BENCH_DOCS", str(REPO / "docs/bench"))))).resolve()
+    if a.combine:
+        return combine(a.combine.resolve(), s, docs)
 
     if a.report_only:
         meta = json.loads((out / "meta.json").read_text())
@@ -1213,10 +1213,12 @@ def smoke_check(out: Path, meta: dict) -> int:
     return 1 if problems else 0
 
 
-def combine(top: Path, s: Settings) -> int:
-    """`--combine DIR`: the repeats' summary and each model's last run.
-    A run is DIR/rep-K/summary.json, or DIR/rep-K/<model>/summary.json
-    where `make bench-peers` ran the models of repeat K one at a time."""
+def combine(top: Path, s: Settings, docs: Path) -> int:
+    """`--combine DIR`: the repeats' summary and each model's last run,
+    whose report and plot are redrawn (plots into DOCS), so that the plot
+    in PERFORMANCE.md is the run described beside it. A run is
+    DIR/rep-K/summary.json, or DIR/rep-K/<model>/summary.json where `make
+    bench-peers` ran the models of repeat K one at a time."""
     def key(d: Path) -> tuple[int, str]:
         rep = d if d.parent == top else d.parent
         tail = rep.name.rsplit("-", 1)[-1]
@@ -1234,7 +1236,9 @@ def combine(top: Path, s: Settings) -> int:
     md = report.repeats_markdown(runs)
     for d in dict.fromkeys(last.values()):
         names = ", ".join(k for k, v in last.items() if v == d)
-        md += f"\n### The last run of {names} ({d.relative_to(top)}) in detail\n\n" + (d / "report.md").read_text()
+        detail = (build_report(d, docs, s, json.loads((d / "meta.json").read_text()))
+                  if (d / "meta.json").exists() and (d / "windows.csv").exists() else (d / "report.md").read_text())
+        md += f"\n### The last run of {names} ({d.relative_to(top)}) in detail\n\n" + detail
     (top / "report.md").write_text(md)
     finish_docs(s, md, False)
     print(md)

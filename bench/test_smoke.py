@@ -154,7 +154,7 @@ class Combine(unittest.TestCase):
                 self.run_dir(top / "rep-2" / "squeezenet", "r2s", {"squeezenet": {"kneepoint": 62, "triton": 41}})
                 self.run_dir(top / "rep-2" / "resnet50", "r2r", {"resnet50": {"kneepoint": 9, "triton": 7}})
                 self.run_dir(top / "rep-10" / "squeezenet", "r10s", {"squeezenet": {"kneepoint": 58, "triton": 42}})
-                self.assertEqual(bench.combine(top, bench.Settings(False)), 0)
+                self.assertEqual(bench.combine(top, bench.Settings(False), top / "docs"), 0)
                 md = (top / "report.md").read_text()
         finally:
             if saved is None:
