@@ -725,8 +725,7 @@ class Runner:
         self.timeout_s = max(2.0, 10 * m["slo_ms"] / 1000)
         self.level = 0
         self.window_no = 0
-        self.levels: list[dict] = []
-        self.scouts: list[dict] = []
+        self.levels: list[dict] = []  # full levels only: scouts decide nothing
 
     def window(self, rate: float, seconds: float, phase: str, label: str, w: int) -> dict:
         self.window_no += 1
@@ -793,7 +792,8 @@ class Runner:
         say(f"  {self.sys.name:9s} {phase:6s} {rate:8.1f} req/s: OK {lv['ok_per_s']:7.1f}/s  p50/p90/p99 "
             f"{lv['p50_ms']:7.1f} {lv['p90_ms']:7.1f} {lv['p99_ms']:7.1f} ms  failed {100 * lv['error_frac']:4.1f}%  "
             f"{'meets SLO' if lv['meets_slo'] else 'misses SLO'}{'' if lv['stable'] else ' (unstable)'}")
-        (self.scouts if phase == "scout" else self.levels).append(lv)
+        if phase != "scout":
+            self.levels.append(lv)
         if lv["failed"]:
             time.sleep(min(self.timeout_s, 5.0))  # let a backlog the client gave up on drain
         return lv

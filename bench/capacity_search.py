@@ -1,10 +1,11 @@
 """Which offered rates bench/bench.py tries to find a system's capacity.
 
-Sans-IO: each function is given `meets(rate) -> bool`, which runs a level
-at that rate (or, in the tests, looks a verdict up) and says whether it met
-the SLO (`meets(rate, phase)`: the phase names why the rate is tried:
-"sweep", "down", "refine" or "confirm"), and returns a bracket `(lo, hi)`: the highest rate that met the
-SLO and the lowest rate above it that missed (None where there is none).
+Sans-IO: each function is given `meets(rate, phase) -> bool`, which runs a
+level at that rate (or, in the tests, looks a verdict up) and says whether
+it met the SLO (the phase names why the rate is tried: "sweep", "down",
+"refine" or "confirm"), and returns a bracket `(lo, hi)`: the highest rate
+that met the SLO and the lowest rate above it that missed (None where
+there is none).
 
 A level of the side-by-side holds at least 2,000 requests (issue 13), so
 at resnet50's rates (~8 req/s on the 2-CPU VM) one costs four minutes and
@@ -107,12 +108,10 @@ def confirm(meets: Meets, scout: Bracket, resolution: float, refine: int, top: f
             lo = rate
             grow *= 2
             rate = lo * (1 + grow)
-    elif s_lo is None:
-        hi = start
     else:
         hi = start
         rate = start / (1 + grow)
-        for _ in range(steps):
+        for _ in range(steps if s_lo is not None else 0):
             if rate < floor:
                 break
             if meets(rate, "confirm"):

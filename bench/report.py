@@ -43,6 +43,8 @@ import math
 import re
 from pathlib import Path
 
+import stats
+
 
 STABILITY = 0.10
 MAX_ERROR = 0.01
@@ -79,36 +81,24 @@ def stable(windows: list[dict], stability: float = STABILITY) -> bool:
 def pooled_percentiles(windows: list[dict], quantiles=(0.50, 0.90, 0.99)) -> list[float] | None:
     """Round-trip percentiles (ms) over every request of `windows`
     together, a failed one (sent, not answered OK) as later than any OK
-    answer: infinite where the percentile falls among the failures. Nearest
-    rank, as the load generators' own `rtt_failed_as_late_us`: the
-    q-quantile of n requests is the ceil(q*n)-th smallest. From each
-    window's `ok_rtt_us_counts` ([value, count] pairs, JSON); None when a
-    window has none (runs before they were recorded)."""
-    counts: dict[int, int] = {}
+    answer: infinite where the percentile falls among the failures
+    (`stats.percentile`, nearest rank, as the load generators' own
+    `rtt_failed_as_late_us`). From each window's `ok_rtt_us_counts`
+    ([value, count] pairs, JSON); None when a window has none (runs before
+    they were recorded)."""
+    values: list[float] = []
     sent = 0
     for w in windows:
         raw = w.get("ok_rtt_us_counts")
         if raw is None or raw == "":
             return None
         for v, n in (json.loads(raw) if isinstance(raw, str) else raw):
-            counts[int(v)] = counts.get(int(v), 0) + int(n)
+            values += [int(v) / 1000] * int(n)
         sent += int(w["sent"])
-    values = sorted(counts.items())
-    n_ok = sum(n for _, n in values)
-    total = max(sent, n_ok)
-    out = []
-    for q in quantiles:
-        rank = max(1, math.ceil(q * total - 1e-9))
-        if total == 0 or rank > n_ok:
-            out.append(math.inf)
-            continue
-        seen = 0
-        for v, n in values:
-            seen += n
-            if seen >= rank:
-                out.append(v / 1000)
-                break
-    return out
+    values += [math.inf] * max(0, sent - len(values))
+    if not values:
+        return [math.inf] * len(quantiles)
+    return [stats.percentile(values, q) for q in quantiles]
 
 
 def aggregate(windows: list[dict], slo_ms: float, stability: float = STABILITY,
@@ -167,11 +157,11 @@ def _f(v, nd=1):
 
 
 def _lowest(system: dict) -> str:
-    """', down to N req/s offered': the lowest rate a system's levels
-    tried, where none met the SLO (bench.py searches no lower than its
-    lowest scout)."""
-    rates = [lv["offered_rps"] for lv in system.get("levels") or [] if lv.get("phase") not in ("point", "peak")]
-    return f", down to {min(rates):.2f} req/s offered" if rates else ""
+    """', down to N req/s offered' for a system no level of which met the
+    SLO: the lowest rate its search tried, the upper end of its bracket
+    (bench.py searches no lower than its lowest scout)."""
+    hi = (system.get("bracket") or [None, None])[1]
+    return f", down to {hi:.2f} req/s offered" if hi else ""
 
 
 def model_markdown(m: dict) -> str:
