@@ -91,7 +91,8 @@ demo-offline: build
 	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,resnet50
 	scripts/demo-offline.sh
 
-# Everything docs/PERFORMANCE.md reports, in one run (as root; ~45 min):
+# Everything docs/PERFORMANCE.md reports, in one run (as root; about 45 min
+# before the side by side, which takes most of a day: see bench-peers):
 # the if-manager's packet rate, the IFs against their engine, switchover
 # gaps and self-tuning, kp-gateway's own cost (~2 min), and kneepoint side by side with Triton Inference
 # Server and Ray Serve (bench/bench.py installs them into .venv-peers/ the
@@ -108,8 +109,8 @@ bench: build models
 
 # BENCH_REPEATS runs (3), from K = BENCH_REPEAT_FROM (1), each model of
 # BENCH_MODELS (squeezenet,resnet50) on its own into
-# target/bench/peers/rep-K/<model>/ (on the 2-CPU VM about 1 h for
-# squeezenet and 2 h for resnet50, whose levels of 2,000 requests take
+# target/bench/peers/rep-K/<model>/ (on the 2-CPU VM half an hour for
+# squeezenet and 2.25 h for resnet50, whose levels of 2,000 requests take
 # minutes each), so that later sessions can add runs; then their medians,
 # spreads and conclusions (bench.py --combine) into PERFORMANCE.md.
 bench-peers: build models
