@@ -111,7 +111,10 @@ def confirm(meets: Meets, scout: Bracket, resolution: float, refine: int, top: f
     else:
         hi = start
         rate = start / (1 + grow)
-        for _ in range(steps if s_lo is not None else 0):
+        # Where no scout met the SLO, `start` is the lowest scout and
+        # nothing below it is tried: that one full level decides.
+        steps_down = steps if s_lo is not None else 0
+        for _ in range(steps_down):
             if rate < floor:
                 break
             if meets(rate, "confirm"):
