@@ -111,15 +111,19 @@ bench: build models
 # BENCH_MODELS (squeezenet,resnet50) on its own into
 # target/bench/peers/rep-K/<model>/ (on the 2-CPU VM half an hour for
 # squeezenet and 2.25 h for resnet50, whose levels of 2,000 requests take
-# minutes each), so that later sessions can add runs; then their medians,
-# spreads and conclusions (bench.py --combine) into PERFORMANCE.md.
+# minutes each). Each run's data (not its logs) is kept in the repository,
+# in $(PEER_RUNS)/rep-K/<model>/, so that later sessions, on other
+# machines, can add runs; then their medians, spreads and conclusions
+# (bench.py --combine) into PERFORMANCE.md.
+PEER_RUNS := docs/bench/runs/peers
 bench-peers: build models
 	@set -e; for k in $$(seq $${BENCH_REPEAT_FROM:-1} $${BENCH_REPEATS:-3}); do \
 	  for m in $$(echo "$${BENCH_MODELS:-squeezenet,resnet50}" | tr , ' '); do \
-	    BENCH_MODELS=$$m BENCH_OUT=target/bench/peers/rep-$$k/$$m BENCH_UPDATE_DOCS=0 $(PYTHON) bench/bench.py; \
+	    BENCH_MODELS=$$m BENCH_OUT=target/bench/peers/rep-$$k/$$m BENCH_UPDATE_DOCS=0 \
+	      BENCH_ARCHIVE=$(PEER_RUNS)/rep-$$k/$$m $(PYTHON) bench/bench.py; \
 	  done; \
 	done
-	$(PYTHON) bench/bench.py --combine target/bench/peers
+	$(PYTHON) bench/bench.py --combine $(PEER_RUNS)
 
 # Chaos under load (docs/RELIABILITY.md, "Chaos"): two IFs under open-loop
 # load while a seeded schedule SIGKILLs actives, shadows, kp-ifs loading

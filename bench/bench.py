@@ -8,10 +8,11 @@ same SLO — and the engine limit they are all bounded by.
     BENCH_MODELS=squeezenet BENCH_SYSTEMS=kneepoint,triton .venv/bin/python bench/bench.py
     .venv/bin/python bench/bench.py --smoke --out /tmp/x   # what `make test` runs (< 60 s)
     .venv/bin/python bench/bench.py --report-only           # redraw from the CSVs
-    .venv/bin/python bench/bench.py --combine target/bench/peers   # the runs rep-*/: medians, spreads
+    .venv/bin/python bench/bench.py --combine docs/bench/runs/peers   # the runs rep-*/: medians, spreads
 
 `make bench-peers` runs it BENCH_REPEATS (3) times for each model, one
-model at a time, into target/bench/peers/rep-K/<model>/, then --combine:
+model at a time, into target/bench/peers/rep-K/<model>/, keeps each run's
+data in docs/bench/runs/peers/rep-K/<model>/ (BENCH_ARCHIVE), then --combine:
 each system's capacity as a median and a spread over the runs, each ratio
 with its spread, and a comparison called a win (or a loss) only when the
 two capacity spreads do not overlap; the conclusions are written by
@@ -62,7 +63,10 @@ Outputs: BENCH_OUT (target/bench/peers): meta.json, engine.csv,
 windows.csv (every window), levels.csv, summary.csv, summary.json,
 report.md, logs/; plots BENCH_DOCS (docs/bench)/peers-<model>.svg; and the
 section between the bench-peers markers of docs/PERFORMANCE.md is replaced
-by report.md (BENCH_UPDATE_DOCS=0 to leave it).
+by report.md (BENCH_UPDATE_DOCS=0 to leave it). With BENCH_ARCHIVE=DIR a
+finished run's data (not its logs) is copied to DIR: `make bench-peers`
+keeps every run in docs/bench/runs/peers/rep-K/<model>/, in the repository,
+and combines them from there.
 
 Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_MODELS (squeezenet,resnet50)
@@ -992,7 +996,9 @@ def header_markdown(meta: dict, s: Settings) -> str:
          "- **CPU per request**: CPU time (utime + stime) of all the system's processes over the windows of "
          "its capacity level, per OK answer; in brackets the inference process alone. The load generator is "
          "not counted.",
-         "- Raw data: target/bench/peers/ (windows.csv, levels.csv, summary.csv, engine.csv, logs/).",
+         "- Raw data: the run's folder (windows.csv, levels.csv, summary.csv, engine.csv; logs/ where it ran, "
+         "in target/bench/peers/); `make bench-peers` keeps each run's data in the repository, in "
+         "docs/bench/runs/peers/rep-K/<model>/.",
          ""]
     errs = meta.get("errors", {})
     if errs:
@@ -1128,7 +1134,34 @@ def main() -> int:
     finish_docs(s, md, a.smoke)
     print(md)
     say(f"done in {meta['wall_s'] / 60:.1f} min; report {out / 'report.md'}")
-    return smoke_check(out, meta) if a.smoke else 0
+    if s.smoke:
+        return smoke_check(out, meta)
+    archive_to = env("BENCH_ARCHIVE", "", str)
+    if archive_to:
+        dest = archive(out, Path(archive_to).resolve())
+        say(f"the run's data archived in {dest} (commit it: --combine reads it in any later session)")
+    return 0
+
+
+# What a finished run's folder holds that --combine and --report-only need
+# (and its plots, which they redraw), all small: the logs stay behind in
+# BENCH_OUT.
+ARCHIVED = ("meta.json", "engine.csv", "windows.csv", "levels.csv", "summary.csv", "summary.json", "report.md")
+
+
+def archive(out: Path, dest: Path) -> Path:
+    """Copies the run's data (ARCHIVED) from OUT to DEST, which is replaced.
+    `make bench-peers` archives each run into docs/bench/runs/peers/rep-K/
+    <model>/ in the repository: the repeats of a comparison take most of a
+    day and a session's machine does not outlive it, so the runs are kept
+    where the next session finds them, beside the numbers made of them."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    for f in [out / name for name in ARCHIVED] + sorted(out.glob("peers-*.svg")):
+        if f.exists():
+            shutil.copy2(f, dest / f.name)
+    return dest
 
 
 def batch_1(engine: list[dict], key: str) -> float | None:
