@@ -111,10 +111,11 @@ bench: build models
 # BENCH_MODELS (squeezenet,resnet50) on its own into
 # target/bench/peers/rep-K/<model>/ (on the 2-CPU VM half an hour for
 # squeezenet and 2.25 h for resnet50, whose levels of 2,000 requests take
-# minutes each). Each run's data (not its logs) is kept in the repository,
-# in $(PEER_RUNS)/rep-K/<model>/, so that later sessions, on other
-# machines, can add runs; then their medians, spreads and conclusions
-# (bench.py --combine) into PERFORMANCE.md.
+# minutes each). Each run's summary.json (not its raw windows or logs) is
+# kept in the repository, in $(PEER_RUNS)/rep-K/<model>/, so that later
+# sessions, on other machines, can add runs; then their medians, spreads
+# and conclusions (bench.py --combine, from those alone) into
+# PERFORMANCE.md.
 PEER_RUNS := docs/bench/runs/peers
 bench-peers: build models
 	@set -e; for k in $$(seq $${BENCH_REPEAT_FROM:-1} $${BENCH_REPEATS:-3}); do \

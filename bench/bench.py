@@ -12,7 +12,7 @@ same SLO — and the engine limit they are all bounded by.
 
 `make bench-peers` runs it BENCH_REPEATS (3) times for each model, one
 model at a time, into target/bench/peers/rep-K/<model>/, keeps each run's
-data in docs/bench/runs/peers/rep-K/<model>/ (BENCH_ARCHIVE), then --combine:
+summary in docs/bench/runs/peers/rep-K/<model>/ (BENCH_ARCHIVE), then --combine:
 each system's capacity as a median and a spread over the runs, each ratio
 with its spread, and a comparison called a win (or a loss) only when the
 two capacity spreads do not overlap; the conclusions are written by
@@ -64,9 +64,9 @@ windows.csv (every window), levels.csv, summary.csv, summary.json,
 report.md, logs/; plots BENCH_DOCS (docs/bench)/peers-<model>.svg; and the
 section between the bench-peers markers of docs/PERFORMANCE.md is replaced
 by report.md (BENCH_UPDATE_DOCS=0 to leave it). With BENCH_ARCHIVE=DIR a
-finished run's data (not its logs) is copied to DIR: `make bench-peers`
-keeps every run in docs/bench/runs/peers/rep-K/<model>/, in the repository,
-and combines them from there.
+finished run's summary.json (not its raw windows or logs) is copied to
+DIR: `make bench-peers` keeps every run's in docs/bench/runs/peers/rep-K/
+<model>/, in the repository, and combines them from there.
 
 Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_MODELS (squeezenet,resnet50)
@@ -257,6 +257,14 @@ class Settings:
 
     def as_dict(self):
         return dict(vars(self))
+
+    @classmethod
+    def recorded(cls, d: dict) -> "Settings":
+        """The settings a run recorded (meta.json's "settings", as_dict),
+        for redrawing its report later without the environment it ran in."""
+        s = cls.__new__(cls)
+        s.__dict__.update(d)
+        return s
 
 
 # --- processes --------------------------------------------------------------
@@ -853,7 +861,6 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
     """report.md, summary.{csv,json} and the plots, from the CSVs in out."""
     engine = read_csv(out / "engine.csv")
     windows = read_csv(out / "windows.csv")
-    docs.mkdir(parents=True, exist_ok=True)
     models = []
     summary_rows = []
     for name in meta["models"]:
@@ -863,7 +870,7 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
         for r in eng:
             r["batch"] = int(r["batch"])
         best = max((r["images_per_s"] for r in eng), default=None)
-        systems, series = [], {}
+        systems = []
         for sysname in meta["systems"]:
             err = meta.get("errors", {}).get(f"{name}/{sysname}")
             # Scouts (one short window each) only guided the search: they
@@ -896,7 +903,6 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
             systems.append({"system": sysname, "capacity": cap, "peak": peak, "points": points, "levels": levels,
                             "bracket": [max(met) if met else None, min(above) if above else None],
                             "cpu_level": cpu_level or cap, "error": None if levels else err})
-            series[sysname] = levels
             row = {"model": name, "system": sysname, "slo_ms": m["slo_ms"], "engine_limit_img_s": best,
                    "capacity_ok_per_s": cap["ok_per_s"] if cap else "", "capacity_offered_rps":
                    cap["offered_rps"] if cap else "", "capacity_p99_ms": cap["p99_ms"] if cap else "",
@@ -912,28 +918,42 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
                 for k in ("offered_rps", "ok_per_s", "p50_ms", "p90_ms", "p99_ms", "error_frac", "meets_slo"):
                     row[f"at{int(round(100 * p))}_{k}"] = lv[k] if lv else ""
             summary_rows.append(row)
-        plot = None
-        if series:
-            svg = report.svg_plot(name, m["slo_ms"], best, series,
-                                  f"{s.threads} intra-op thread; the model on CPU {s.worker_cpu}, network sides and "
-                                  f"load generator on CPU {s.front_cpu}; {meta['machine']['cpu']}, "
-                                  f"{meta['machine']['nproc']} CPUs; {meta['started']}")
-            (docs / f"peers-{name}.svg").write_text(svg)
-            (out / f"peers-{name}.svg").write_text(svg)
-            plot = os.path.relpath(docs / f"peers-{name}.svg", REPO / "docs")
         models.append({"model": name, "slo_ms": m["slo_ms"], "slo_rule": m.get("slo_rule"), "engine": eng,
                        "systems": systems,
-                       "points": s.points, "plot": plot})
+                       "points": s.points, "plot": None})
     if summary_rows:
         fields = list(dict.fromkeys(k for r in summary_rows for k in r))
         with open(out / "summary.csv", "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=fields)
             w.writeheader()
             w.writerows(summary_rows)
+    md = render_report(meta, models, s, docs, out)
     json.dump({"meta": meta, "models": models}, open(out / "summary.json", "w"), indent=1, default=str)
-    md = header_markdown(meta, s) + "\n" + "\n".join(report.model_markdown(m) for m in models)
     (out / "report.md").write_text(md)
     return md
+
+
+def render_report(meta: dict, models: list[dict], s: Settings, docs: Path, out: Path | None = None) -> str:
+    """A run's report.md from its summary (summary.json's "meta" and
+    "models"), drawing each model's plot into DOCS (and OUT) and setting
+    its "plot": build_report's last step, and all --combine needs of a
+    run kept in the repository (summary.json alone)."""
+    docs.mkdir(parents=True, exist_ok=True)
+    for m in models:
+        name = m["model"]
+        series = {x["system"]: x["levels"] for x in m["systems"] if x.get("levels")}
+        m["plot"] = None
+        if not series:
+            continue
+        best = max((r["images_per_s"] for r in m["engine"]), default=None)
+        svg = report.svg_plot(name, m["slo_ms"], best, series,
+                              f"{s.threads} intra-op thread; the model on CPU {s.worker_cpu}, network sides and "
+                              f"load generator on CPU {s.front_cpu}; {meta['machine']['cpu']}, "
+                              f"{meta['machine']['nproc']} CPUs; {meta['started']}")
+        for d in (docs, out) if out else (docs,):
+            (d / f"peers-{name}.svg").write_text(svg)
+        m["plot"] = os.path.relpath(docs / f"peers-{name}.svg", REPO / "docs")
+    return header_markdown(meta, s) + "\n" + "\n".join(report.model_markdown(m) for m in models)
 
 
 def header_markdown(meta: dict, s: Settings) -> str:
@@ -996,8 +1016,8 @@ def header_markdown(meta: dict, s: Settings) -> str:
          "- **CPU per request**: CPU time (utime + stime) of all the system's processes over the windows of "
          "its capacity level, per OK answer; in brackets the inference process alone. The load generator is "
          "not counted.",
-         "- Raw data: the run's folder (windows.csv, levels.csv, summary.csv, engine.csv; logs/ where it ran, "
-         "in target/bench/peers/); `make bench-peers` keeps each run's data in the repository, in "
+         "- Raw data: target/bench/peers/ where the run was taken (windows.csv, levels.csv, summary.csv, "
+         "engine.csv, logs/); `make bench-peers` keeps each run's summary.json in the repository, in "
          "docs/bench/runs/peers/rep-K/<model>/.",
          ""]
     errs = meta.get("errors", {})
@@ -1135,32 +1155,33 @@ def main() -> int:
     print(md)
     say(f"done in {meta['wall_s'] / 60:.1f} min; report {out / 'report.md'}")
     if s.smoke:
-        return smoke_check(out, meta)
+        return smoke_check(out, meta) or smoke_combine(out, s)
     archive_to = env("BENCH_ARCHIVE", "", str)
     if archive_to:
         dest = archive(out, Path(archive_to).resolve())
-        say(f"the run's data archived in {dest} (commit it: --combine reads it in any later session)")
+        say(f"the run's summary kept in {dest} (commit it: --combine reads it in any later session)")
     return 0
 
 
-# What a finished run's folder holds that --combine and --report-only need
-# (and its plots, which they redraw), all small: the logs stay behind in
-# BENCH_OUT.
-ARCHIVED = ("meta.json", "engine.csv", "windows.csv", "levels.csv", "summary.csv", "summary.json", "report.md")
+# What of a finished run is kept in the repository: its summary (the
+# settings, machine and commit; per system the levels as the tables show
+# them, with capacity, bracket and peak), which is all --combine reads (~25
+# KiB). The raw results (windows.csv with each window's latency counts,
+# levels.csv, engine.csv) and the logs stay in BENCH_OUT, out of git.
+ARCHIVED = ("summary.json",)
 
 
 def archive(out: Path, dest: Path) -> Path:
-    """Copies the run's data (ARCHIVED) from OUT to DEST, which is replaced.
-    `make bench-peers` archives each run into docs/bench/runs/peers/rep-K/
-    <model>/ in the repository: the repeats of a comparison take most of a
-    day and a session's machine does not outlive it, so the runs are kept
-    where the next session finds them, beside the numbers made of them."""
+    """Copies the run's summary (ARCHIVED) from OUT to DEST, which is
+    replaced. `make bench-peers` archives each run into docs/bench/runs/
+    peers/rep-K/<model>/: the repeats of a comparison take most of a day,
+    a session's machine does not outlive it, so a run is kept where the
+    next session, on another machine, finds it to combine with its own."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for f in [out / name for name in ARCHIVED] + sorted(out.glob("peers-*.svg")):
-        if f.exists():
-            shutil.copy2(f, dest / f.name)
+    for name in ARCHIVED:
+        shutil.copy2(out / name, dest / name)
     return dest
 
 
@@ -1233,6 +1254,25 @@ def smoke_problems(windows: list[dict], systems: list[str], models: list[str], e
     return problems
 
 
+def smoke_combine(out: Path, s: Settings) -> int:
+    """The smoke run kept as `make bench-peers` keeps a run (archive) and
+    combined from there alone, as a later session would: its report must
+    come back, with the run in detail and its plot redrawn."""
+    archive(out, out / "runs" / "rep-1" / "smoke")
+    combine(out / "runs", s, out / "combined", echo=False)
+    md = (out / "runs" / "report.md").read_text()
+    problems = [f"combined report: no {want!r}" for want in
+                ["1 run: ", "### The last run of " + ", ".join(s.models) + " (rep-1/smoke) in detail"]
+                if want not in md]
+    problems += [f"combined report: no plot of {name}" for name in s.models
+                 if not (out / "combined" / f"peers-{name}.svg").exists()]
+    for p in problems:
+        say(f"SMOKE FAILED: {p}")
+    if not problems:
+        say("smoke: the run, kept as bench-peers keeps it, combines")
+    return 1 if problems else 0
+
+
 def smoke_check(out: Path, meta: dict) -> int:
     """`smoke_problems` of a finished smoke run, plus its report and plot."""
     problems = smoke_problems(read_csv(out / "windows.csv"), meta["systems"], meta["models"], meta["errors"])
@@ -1246,12 +1286,14 @@ def smoke_check(out: Path, meta: dict) -> int:
     return 1 if problems else 0
 
 
-def combine(top: Path, s: Settings, docs: Path) -> int:
+def combine(top: Path, s: Settings, docs: Path, echo: bool = True) -> int:
     """`--combine DIR`: the repeats' summary and each model's last run,
-    whose report and plot are redrawn (plots into DOCS), so that the plot
-    in PERFORMANCE.md is the run described beside it. A run is
-    DIR/rep-K/summary.json, or DIR/rep-K/<model>/summary.json where `make
-    bench-peers` ran the models of repeat K one at a time."""
+    whose report and plot are redrawn from its summary.json (plots into
+    DOCS), so that the plot in PERFORMANCE.md is the run described beside
+    it. A run is DIR/rep-K/summary.json, or DIR/rep-K/<model>/summary.json
+    where `make bench-peers` ran the models of repeat K one at a time; a
+    run's summary.json is all that is read, which is what `make
+    bench-peers` keeps in the repository (BENCH_ARCHIVE)."""
     def key(d: Path) -> tuple[int, str]:
         rep = d if d.parent == top else d.parent
         tail = rep.name.rsplit("-", 1)[-1]
@@ -1267,14 +1309,19 @@ def combine(top: Path, s: Settings, docs: Path) -> int:
         for m in r["models"]:
             last[m["model"]] = d
     md = report.repeats_markdown(runs)
-    for d in dict.fromkeys(last.values()):
-        names = ", ".join(k for k, v in last.items() if v == d)
-        detail = (build_report(d, docs, s, json.loads((d / "meta.json").read_text()))
-                  if (d / "meta.json").exists() and (d / "windows.csv").exists() else (d / "report.md").read_text())
-        md += f"\n### The last run of {names} ({d.relative_to(top)}) in detail\n\n" + detail
+    for d, r in zip(dirs, runs):
+        mine = [m for m in r["models"] if last[m["model"]] == d]
+        if not mine:
+            continue
+        # The run's own settings (the harness's defaults may have changed
+        # since), its own models' plots redrawn from its levels.
+        detail = render_report(r["meta"], mine, Settings.recorded(r["meta"]["settings"]), docs)
+        md += (f"\n### The last run of {', '.join(m['model'] for m in mine)} ({d.relative_to(top)}) in detail\n\n"
+               + detail)
     (top / "report.md").write_text(md)
     finish_docs(s, md, False)
-    print(md)
+    if echo:
+        print(md)
     say(f"{len(runs)} runs summarised: {top / 'report.md'}")
     return 0
 

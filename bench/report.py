@@ -443,13 +443,21 @@ def repeats(runs: list[dict]) -> list[dict]:
     return out
 
 
+def machine(run: dict) -> str:
+    """The machine a run (summary.json) was taken on, in words: its CPU
+    model and how many CPUs."""
+    m = run["meta"].get("machine") or {}
+    return f"{m.get('cpu', 'an unrecorded CPU')} ({m.get('nproc', '?')} CPUs)"
+
+
 def repeats_markdown(runs: list[dict]) -> str:
     """The summary of several runs, and the conclusions the data allow,
     written by this code (not by hand) so they cannot go stale."""
     commits = [r["meta"].get("git", "?") for r in runs]
     reps = repeats(runs)
     counts = sorted({row["runs"] for row in reps})
-    L = [f"### Over {' or '.join(map(str, counts)) or 0} runs per model (median [smallest–largest])", ""]
+    L = [f"### Over {' or '.join(map(str, counts)) or 0} run{'' if counts == [1] else 's'} per model "
+         "(median [smallest–largest])", ""]
     if len(set(commits)) > 1:
         L += [f"**The runs are of {len(set(commits))} commits ({', '.join(sorted(set(commits)))}): "
               "not one record.**", ""]
@@ -457,12 +465,16 @@ def repeats_markdown(runs: list[dict]) -> str:
         L += ["**Some runs were of a tree with uncommitted changes (+dirty): not a record.**", ""]
     for row in reps:
         systems = list(row["capacity"])
-        mine = "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}" for r in runs
-                         if any(m["model"] == row["model"] for m in r["models"]))
+        theirs = [r for r in runs if any(m["model"] == row["model"] for m in r["models"])]
+        mine = "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}" for r in theirs)
+        machines = list(dict.fromkeys(machine(r) for r in theirs))
         L += [f"#### {row['model']} (SLO {_sp(row['slo_ms'], 1, ' ms')}; engine limit "
               f"{_sp(row['engine_limit'])} images/s)", "",
-              f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: {mine}.", "",
-              "| system | capacity: OK req/s with p99 ≤ SLO | peak: OK req/s, saturated |", "|---|---|---|"]
+              f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: {mine}; on {' and '.join(machines)}.", ""]
+        if len(machines) > 1:
+            L += [f"**The runs of {row['model']} are of {len(machines)} machines: the capacities in req/s mix "
+                  "their speeds, which widens the spreads; each ratio is of one run on one machine.**", ""]
+        L += ["| system | capacity: OK req/s with p99 ≤ SLO | peak: OK req/s, saturated |", "|---|---|---|"]
         for s in systems:
             cap = _sp(row["capacity"][s])
             if row["below"][s]:

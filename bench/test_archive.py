@@ -1,5 +1,6 @@
-"""Unit tests of `archive` (BENCH_ARCHIVE): what a run keeps in the
-repository so that --combine can use it in a later session.
+"""Unit tests of `archive` (BENCH_ARCHIVE): what of a run is kept in the
+repository so that --combine can use it in a later session. (The smoke run
+of `make test` archives itself and combines from the copy: smoke_combine.)
 
     .venv/bin/python -m unittest bench/test_archive.py
 """
@@ -18,30 +19,34 @@ _spec.loader.exec_module(bench)
 
 
 class Archive(unittest.TestCase):
-    def test_keeps_the_data_and_plots_not_the_logs_and_replaces_an_older_copy(self):
+    def test_keeps_the_summary_not_the_raw_results_and_replaces_an_older_copy(self):
         with tempfile.TemporaryDirectory() as t:
             out, dest = Path(t) / "out", Path(t) / "runs" / "rep-2" / "squeezenet"
             (out / "logs").mkdir(parents=True)
             (out / "logs" / "kp-if.log").write_text("log\n")
-            for name in bench.ARCHIVED:
+            for name in ("summary.json", "windows.csv", "levels.csv", "engine.csv", "meta.json", "report.md"):
                 (out / name).write_text(f"new {name}\n")
             (out / "peers-squeezenet.svg").write_text("<svg/>\n")
             dest.mkdir(parents=True)
-            (dest / "windows.csv").write_text("old\n")
-            (dest / "stale.csv").write_text("from an earlier run\n")
+            (dest / "summary.json").write_text("old\n")
+            (dest / "windows.csv").write_text("from an earlier run\n")
 
             self.assertEqual(bench.archive(out, dest), dest)
 
-            self.assertEqual(sorted(p.name for p in dest.iterdir()),
-                             sorted(list(bench.ARCHIVED) + ["peers-squeezenet.svg"]))
-            self.assertEqual((dest / "windows.csv").read_text(), "new windows.csv\n")
+            self.assertEqual([p.name for p in dest.iterdir()], ["summary.json"])
+            self.assertEqual((dest / "summary.json").read_text(), "new summary.json\n")
 
-    def test_what_combine_needs_is_archived(self):
-        # combine() reads summary.json and meta.json, build_report() (and
-        # --report-only) engine.csv and windows.csv; levels.csv is the
-        # capacity search's own record of its steps.
-        for name in ("summary.json", "meta.json", "windows.csv", "engine.csv", "levels.csv"):
-            self.assertIn(name, bench.ARCHIVED)
+    def test_a_run_without_a_summary_is_not_archived_as_if_it_had_one(self):
+        with tempfile.TemporaryDirectory() as t:
+            out = Path(t) / "out"
+            out.mkdir()
+            with self.assertRaises(FileNotFoundError):
+                bench.archive(out, Path(t) / "runs" / "rep-1" / "squeezenet")
+
+    def test_recorded_settings_come_back_without_the_environment(self):
+        s = bench.Settings(smoke=True)
+        r = bench.Settings.recorded(dict(s.as_dict(), worker_cpu=7, max_batch=4))
+        self.assertEqual((r.worker_cpu, r.max_batch, r.smoke), (7, 4, True))
 
 
 if __name__ == "__main__":

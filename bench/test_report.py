@@ -144,7 +144,7 @@ class Repeats(unittest.TestCase):
     def one(git, caps, peaks=None, limit=200.0):
         systems = [{"system": k, "capacity": {"ok_per_s": v} if v else None,
                     "peak": {"ok_per_s": (peaks or {}).get(k, v or 1.0)}} for k, v in caps.items()]
-        return {"meta": {"git": git, "started": "2026-11-27 09:00 UTC"},
+        return {"meta": {"git": git, "started": "2026-11-27 09:00 UTC", "machine": {"cpu": "Xeon", "nproc": 2}},
                 "models": [{"model": "squeezenet", "slo_ms": 40.0, "engine": [{"images_per_s": limit}],
                             "systems": systems}]}
 
@@ -173,6 +173,15 @@ class Repeats(unittest.TestCase):
         self.assertIn("kneepoint-ic / Ray Serve = 1.03× [0.91–1.13], not a win or a loss", md)
         self.assertIn("kneepoint's capacity is 0.95 of the engine limit", md)
         self.assertNotIn("dirty", md)
+        self.assertIn("on Xeon (2 CPUs).", md)
+        self.assertNotIn("machines", md)
+
+    def test_runs_of_several_machines_are_said(self):
+        runs = [self.one("a1", {"kneepoint": 190, "triton": 120}) for _ in range(3)]
+        runs[1]["meta"]["machine"] = {"cpu": "AMD EPYC", "nproc": 2}
+        md = report.repeats_markdown(runs)
+        self.assertIn("on Xeon (2 CPUs) and AMD EPYC (2 CPUs).", md)
+        self.assertIn("The runs of squeezenet are of 2 machines", md)
 
     def test_a_peer_that_never_met_the_slo_gives_a_lower_bound_and_can_be_beaten(self):
         runs = [self.one("c3", {"kneepoint": 90, "ray": None}) for _ in range(3)]

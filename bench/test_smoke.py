@@ -139,8 +139,8 @@ class Combine(unittest.TestCase):
         models = [{"model": m, "slo_ms": 20.0, "engine": [{"images_per_s": 200.0}],
                    "systems": [{"system": k, "capacity": {"ok_per_s": v}, "peak": {"ok_per_s": v}}
                                for k, v in c.items()]} for m, c in caps.items()]
-        (d / "summary.json").write_text(json.dumps({"meta": {"git": git, "started": git}, "models": models}))
-        (d / "report.md").write_text(f"report of {git}\n")
+        (d / "summary.json").write_text(json.dumps({"meta": {"git": git, "started": git, "settings": {"max_batch": 8}},
+                                                    "models": models}))
 
     def test_per_model_runs_count_per_model_and_each_model_shows_its_last_run(self):
         import tempfile
@@ -154,7 +154,15 @@ class Combine(unittest.TestCase):
                 self.run_dir(top / "rep-2" / "squeezenet", "r2s", {"squeezenet": {"kneepoint": 62, "triton": 41}})
                 self.run_dir(top / "rep-2" / "resnet50", "r2r", {"resnet50": {"kneepoint": 9, "triton": 7}})
                 self.run_dir(top / "rep-10" / "squeezenet", "r10s", {"squeezenet": {"kneepoint": 58, "triton": 42}})
-                self.assertEqual(bench.combine(top, bench.Settings(False), top / "docs"), 0)
+                # Which run each model's detail comes from (the rendering
+                # itself, from a real summary.json, is the smoke run's
+                # smoke_combine): a stand-in that names the run.
+                real, bench.render_report = bench.render_report, \
+                    lambda meta, models, s, docs: f"report of {meta['git']} ({s.max_batch} per batch)\n"
+                try:
+                    self.assertEqual(bench.combine(top, bench.Settings(False), top / "docs"), 0)
+                finally:
+                    bench.render_report = real
                 md = (top / "report.md").read_text()
         finally:
             if saved is None:
@@ -163,10 +171,10 @@ class Combine(unittest.TestCase):
                 os.environ["BENCH_UPDATE_DOCS"] = saved
         self.assertIn("### Over 2 or 3 runs per model", md)
         self.assertIn("| kneepoint | 60.0 [58.0–62.0] |", md)
-        self.assertIn("3 runs: r1 at r1; r2s at r2s; r10s at r10s.", md)
+        self.assertIn("3 runs: r1 at r1; r2s at r2s; r10s at r10s; on an unrecorded CPU (? CPUs).", md)
         self.assertIn("of 4 commits (r1, r10s, r2r, r2s): not one record", md)
         # Each model's last run in detail, rep-10 after rep-2 (not as text).
-        self.assertIn("### The last run of squeezenet (rep-10/squeezenet) in detail\n\nreport of r10s", md)
+        self.assertIn("### The last run of squeezenet (rep-10/squeezenet) in detail\n\nreport of r10s (8 per batch)", md)
         self.assertIn("### The last run of resnet50 (rep-2/resnet50) in detail\n\nreport of r2r", md)
 
 
