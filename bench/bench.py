@@ -825,7 +825,8 @@ class Runner:
                 return self.run_level(rate, "scout", f"{phase} {label(rate)}")["meets_slo"]
 
             bracket = capacity_search.search(scout, sweep, s.scout_resolution, SCOUT_REFINE)
-            capacity_search.confirm(full, bracket, s.resolution, s.refine, max(sweep))
+            capacity_search.confirm(full, bracket, s.resolution, s.refine, max(sweep),
+                                    floor=capacity_search.lowest(sweep))
         else:
             capacity_search.search(full, sweep, s.resolution, s.refine)
         cap = report.capacity(self.levels)

@@ -38,6 +38,17 @@ HALVINGS = 5
 STEPS = 6
 
 
+def lowest(sweep: list[float], floor: float = FLOOR) -> float:
+    """The lowest rate a search from `sweep` tries: its first rate halved
+    HALVINGS times (1.6% of the engine limit with the harness's sweep), not
+    below `floor`. Full levels go no lower either (`confirm`'s floor): a
+    system that misses the SLO there has its capacity reported as below
+    the lowest level tried, however its scouts fared, instead of a walk
+    down in levels of 2,000 requests that take a quarter of an hour each
+    at such rates."""
+    return max(floor, sweep[0] / 2 ** HALVINGS)
+
+
 def bisect(meets: Meets, lo: Optional[float], hi: Optional[float], resolution: float, refine: int) -> Bracket:
     """Halve [lo, hi] (lo met, hi missed) until hi - lo <= resolution * lo,
     at most `refine` levels; nothing to do where either end is missing."""

@@ -122,6 +122,22 @@ class Confirm(unittest.TestCase):
         self.assertEqual((lo, hi), (None, scout[1]))
         self.assertEqual(len(full.tried), 1)
 
+    def test_full_levels_walk_down_no_lower_than_the_scouts_could(self):
+        # A scout at the search's lowest rate met by chance (a short
+        # window), then one above it: the full levels miss from there down,
+        # and stop at the lowest rate the scouts could have tried.
+        full = System(0.1)
+        floor = cs.lowest(SWEEP)
+        self.assertEqual(floor, 98.0 / 2 ** cs.HALVINGS)
+        scout = System(floor * 1.08)
+        bracket = cs.search(scout, SWEEP, 0.04, 10)
+        self.assertIsNotNone(bracket[0])
+        lo, hi = cs.confirm(full, bracket, 0.02, 8, 217.0, floor=floor)
+        self.assertIsNone(lo)
+        self.assertTrue(all(r >= floor for r in full.tried), full.tried)
+        self.assertEqual(hi, min(full.tried))
+        self.assertLessEqual(len(full.tried), 3)
+
     def test_no_scouts_no_full_levels(self):
         full = System(10.0)
         self.assertEqual(cs.confirm(full, (None, None), 0.02, 8, 217.0), (None, None))
