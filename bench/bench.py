@@ -1323,7 +1323,7 @@ def combine(top: Path, s: Settings, docs: Path, echo: bool = True) -> int:
     finish_docs(s, md, False)
     if echo:
         print(md)
-    say(f"{len(runs)} runs summarised: {top / 'report.md'}")
+    say(f"{len(runs)} run{'' if len(runs) == 1 else 's'} summarised: {top / 'report.md'}")
     return 0
 
 
