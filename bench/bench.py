@@ -1164,25 +1164,21 @@ def main() -> int:
     return 0
 
 
-# What of a finished run is kept in the repository: its summary (the
-# settings, machine and commit; per system the levels as the tables show
-# them, with capacity, bracket and peak), which is all --combine reads (~25
-# KiB). The raw results (windows.csv with each window's latency counts,
-# levels.csv, engine.csv) and the logs stay in BENCH_OUT, out of git.
-ARCHIVED = ("summary.json",)
-
-
 def archive(out: Path, dest: Path) -> Path:
-    """Copies the run's summary (ARCHIVED) from OUT to DEST, which is
-    replaced. `make bench-peers` archives each run into docs/bench/runs/
-    peers/rep-K/<model>/: the repeats of a comparison take most of a day,
-    a session's machine does not outlive it, so a run is kept where the
-    next session, on another machine, finds it to combine with its own."""
+    """Copies the run's summary.json from OUT to DEST, which is replaced.
+    It is what of a run is kept in the repository (the settings, machine
+    and commit; per system the levels as the tables show them, with
+    capacity, bracket and peak; ~25 KiB) and all --combine reads; the raw
+    results (windows.csv with each window's latency counts, levels.csv,
+    engine.csv) and the logs stay in OUT, out of git. `make bench-peers`
+    archives each run into docs/bench/runs/peers/rep-K/<model>/: the
+    repeats of a comparison take most of a day, a session's machine does
+    not outlive it, so a run is kept where the next session, on another
+    machine, finds it to combine with its own."""
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for name in ARCHIVED:
-        shutil.copy2(out / name, dest / name)
+    shutil.copy2(out / "summary.json", dest / "summary.json")
     return dest
 
 
