@@ -20,7 +20,10 @@
 //! Idle, it backs off (`libml::backoff`); where the back-off says sleep, it
 //! dozes on the TX ring's doorbell (`TxBell`) for that long instead, so an
 //! answer an IF enqueues leaves at once while received packets wait for
-//! the end of the doze at most, as they did for the sleep.
+//! the end of the doze at most, as they did for the sleep. While a request's
+//! tail is arriving and no IF runs a batch, those dozes are exact (timer slack
+//! 1 µs, `libml::backoff::sleep_slack`): the request's engine waits for its
+//! last fragment; otherwise they keep the thread's slack.
 //!
 //! The clock is read every [`CLOCK_EVERY`] iterations (and after every
 //! sleep), not per packet; route updates and the stop flag are checked at
@@ -45,7 +48,9 @@ use crate::port_stats::PORT_STATS_EVERY;
 use crate::routes::{RouteChange, RouteTable};
 use crate::shed::{shed_headroom, wakes_the_if, Shedder, Staged};
 use kp_wire::answered::{Answer, AnsweredTable};
-use libml::backoff::{doze_before_answers, IdleAction, IdleBackoff, IdleWait};
+use libml::backoff::{
+    doze_before_answers, sleep_slack, ArrivalWatch, IdleAction, IdleBackoff, IdleWait,
+};
 use libml::runtime::handover::TxBell;
 
 /// Frames per RX burst (DPDK's customary 32: enough to amortise the PMD
@@ -127,6 +132,11 @@ impl DataPlane<'_> {
         let mut rx_open = self.gate.rx_open.load(Ordering::Acquire);
         self.counters.port.publish(&self.port.stats());
         let mut next_port_stats = start + PORT_STATS_EVERY;
+        // Exact sleeps while a request's tail arrives for an idle engine, the
+        // thread's own slack otherwise (`libml::backoff::sleep_slack`).
+        let mut arrivals = ArrivalWatch::default();
+        let base_slack = kp_os::priority::timer_slack_current_thread();
+        let mut slack = base_slack;
         loop {
             iter = iter.wrapping_add(1);
             if iter.is_multiple_of(CLOCK_EVERY) || self.backoff.is_sleeping() {
@@ -172,7 +182,11 @@ impl DataPlane<'_> {
             };
             if got > 0 {
                 bump(&self.counters.rx_packets, got as u64);
-                self.handle_burst(&mut rx, &mut staged, &mut staged_info, &mut tx, now_ns);
+                let latest =
+                    self.handle_burst(&mut rx, &mut staged, &mut staged_info, &mut tx, now_ns);
+                if let Some(remaining) = latest {
+                    arrivals.fragment(now_ns, remaining);
+                }
             }
 
             // Responses from IFs, then everything pending, to the NIC.
@@ -209,7 +223,18 @@ impl DataPlane<'_> {
                         // Polling, not dozing, when an IF's answers are due.
                         let now = kp_os::affinity::monotonic_ns();
                         match doze_before_answers(d, now, self.routes.answer_windows()) {
-                            IdleWait::Doze(d) => bell.doze(rung, d),
+                            IdleWait::Doze(d) => {
+                                let busy = self.routes.answer_windows().next().is_some();
+                                let want = sleep_slack(arrivals.arriving(now_ns), busy, base_slack);
+                                // A failed prctl leaves the slack as it was:
+                                // a sleep up to 50 µs late, nothing lost.
+                                if want != slack
+                                    && kp_os::priority::set_timer_slack_current_thread(want).is_ok()
+                                {
+                                    slack = want;
+                                }
+                                bell.doze(rung, d)
+                            }
                             IdleWait::Poll => std::hint::spin_loop(),
                         }
                     }
@@ -228,7 +253,9 @@ impl DataPlane<'_> {
         })
     }
 
-    /// Gives every frame of `rx` its outcome.
+    /// Gives every frame of `rx` its outcome; returns, if it routed a
+    /// fragment to an IF, how many fragments the latest of them came before
+    /// its request's last (for the [`ArrivalWatch`]).
     fn handle_burst(
         &mut self,
         rx: &mut MbufBurst<RX_BURST>,
@@ -236,7 +263,8 @@ impl DataPlane<'_> {
         staged_info: &mut [Staged; RX_BURST],
         tx: &mut MbufBurst<TX_PENDING>,
         now_ns: u64,
-    ) {
+    ) -> Option<u16> {
+        let mut latest_remaining = None;
         let mut staged_for = None;
         // Whether a staged fragment is the first or the last of its
         // request: the IF is woken for those (see `enqueue_staged`).
@@ -273,8 +301,11 @@ impl DataPlane<'_> {
                             staged_for = Some(header.if_id);
                             staged_edge = false;
                         }
-                        staged_edge |= header.frag_index == 0
-                            || header.frag_index.wrapping_add(1) >= header.frag_count;
+                        let remaining = header
+                            .frag_count
+                            .saturating_sub(header.frag_index.wrapping_add(1));
+                        staged_edge |= header.frag_index == 0 || remaining == 0;
+                        latest_remaining = Some(remaining);
                         staged_info[staged.len()] = Staged { key, header_at };
                         // What we validated, for the IF: it reads the
                         // headers at these offsets without parsing again.
@@ -294,6 +325,7 @@ impl DataPlane<'_> {
         if let Some(prev) = staged_for {
             self.enqueue_staged(prev, staged, staged_info, staged_edge, now_ns);
         }
+        latest_remaining
     }
 
     /// Enqueues the staged fragments on `if_id`'s ring, keeping

@@ -49,6 +49,14 @@
 //! at the price of more wake-ups under load (docs/PERFORMANCE.md, "After
 //! the last fragment").
 //!
+//! The if-manager does not pay for that where the engine is busy: it
+//! makes its sleeps exact only while the tail of a request is arriving
+//! for an idle engine ([`ArrivalWatch`], [`sleep_slack`]): its last fragment
+//! then waits at most the back-off's own short sleep, where the engine
+//! would otherwise sit idle for the timer slack; under load, when a
+//! request would queue behind a running batch anyway, the sleeps keep the
+//! thread's own slack and its fewer wake-ups.
+//!
 //! Sans-IO: it returns what to do; the driver does it.
 
 use std::time::Duration;
@@ -259,6 +267,70 @@ fn offset(t: u64, by: i64) -> u64 {
     }
 }
 
+/// How long after a request's latest fragment, if that was not its last,
+/// the request counts as still arriving ([`ArrivalWatch`]): a client
+/// sends a request's fragments back to back, so a gap this long means a
+/// slow or lossy sender, for which exact sleeps buy nothing.
+pub const ARRIVING_FOR: Duration = Duration::from_micros(200);
+
+/// How many fragments before a request's last the [`ArrivalWatch`] starts
+/// to count it as arriving: only the sleep its last fragment comes in
+/// delays the engine, so the exact sleeps (and their wake-ups) are kept to
+/// the request's tail. On the VM a client sharing the if-manager's core
+/// sent ~9 fragments per default sleep; exact sleeps through whole
+/// 147-fragment requests took a third of that core at one request
+/// outstanding and slowed such a client's sending threefold
+/// (docs/PERFORMANCE.md).
+pub const ARRIVING_TAIL: u16 = 32;
+
+/// The timer slack of a poll loop's sleeps while a request arrives for an
+/// idle engine ([`sleep_slack`]): exact, so that its last fragment waits
+/// for the back-off's sleep alone, not for the kernel's 50 µs of slack
+/// as well.
+pub const HURRY_SLACK: Duration = Duration::from_micros(1);
+
+/// Whether a request is arriving: its latest fragment came less than
+/// [`ARRIVING_FOR`] ago, was not its last, and was one of the last
+/// [`ARRIVING_TAIL`] before it. Requests interleave, so this follows the
+/// latest fragment of any of them: a request whose last fragment ends the
+/// watch while another is still arriving starts it again at that one's
+/// next fragment in its tail. Sans-IO, times in the driver's ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArrivalWatch {
+    partial_at_ns: Option<u64>,
+}
+
+impl ArrivalWatch {
+    /// A fragment was taken at `now_ns`, `remaining` fragments before its
+    /// request's last (0: it is the last; a request of one fragment is its
+    /// own last).
+    #[inline]
+    pub fn fragment(&mut self, now_ns: u64, remaining: u16) {
+        self.partial_at_ns = (remaining > 0 && remaining <= ARRIVING_TAIL).then_some(now_ns);
+    }
+
+    /// Whether a request is arriving at `now_ns`.
+    pub fn arriving(&self, now_ns: u64) -> bool {
+        self.partial_at_ns
+            .is_some_and(|t| now_ns.saturating_sub(t) < ARRIVING_FOR.as_nanos() as u64)
+    }
+}
+
+/// The timer slack a poll loop's next sleep should have: [`HURRY_SLACK`]
+/// while a request is arriving and no engine runs a batch (the request's
+/// engine waits for its last fragment), else the thread's own `base`
+/// (`--timer-slack-us`, or the kernel's 50 µs): a request that will queue
+/// behind a running batch gains nothing from an exact sleep, and under load
+/// exact sleeps cost the loop's core several times the wake-ups
+/// (docs/PERFORMANCE.md). Never more than `base`.
+pub fn sleep_slack(arriving: bool, engine_busy: bool, base: Duration) -> Duration {
+    if arriving && !engine_busy {
+        HURRY_SLACK.min(base)
+    } else {
+        base
+    }
+}
+
 /// What to do after a poll.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IdleAction {
@@ -315,6 +387,49 @@ impl IdleBackoff {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sleeps_are_exact_only_while_a_request_arrives_for_an_idle_engine() {
+        let us = |n: u64| n * 1_000;
+        let base = Duration::from_micros(50);
+        let mut watch = ArrivalWatch::default();
+        // Nothing arrived yet.
+        assert!(!watch.arriving(us(10)));
+        // The head of a long request: not yet.
+        watch.fragment(us(50), 146);
+        assert!(!watch.arriving(us(50)));
+        watch.fragment(us(60), ARRIVING_TAIL + 1);
+        assert!(!watch.arriving(us(60)));
+        // Its tail: arriving for ARRIVING_FOR after each fragment.
+        watch.fragment(us(100), ARRIVING_TAIL);
+        assert!(watch.arriving(us(100)));
+        assert!(watch.arriving(us(299)));
+        assert!(!watch.arriving(us(300)), "a sender silent for 200 µs");
+        // Each further fragment extends it; the last ends it at once.
+        watch.fragment(us(290), 1);
+        assert!(watch.arriving(us(489)));
+        watch.fragment(us(300), 0);
+        assert!(!watch.arriving(us(301)));
+        // A request of one fragment never starts it; one of two does.
+        watch.fragment(us(400), 0);
+        assert!(!watch.arriving(us(400)));
+        watch.fragment(us(410), 1);
+        assert!(watch.arriving(us(410)));
+        // Another request's head ends the watch, until its own tail.
+        watch.fragment(us(420), 100);
+        assert!(!watch.arriving(us(420)));
+        // A clock read before the fragment's (a stale loop clock) is not
+        // a gap.
+        watch.fragment(us(500), 3);
+        assert!(watch.arriving(us(499)));
+
+        assert_eq!(sleep_slack(true, false, base), HURRY_SLACK);
+        assert_eq!(sleep_slack(true, true, base), base, "it would queue anyway");
+        assert_eq!(sleep_slack(false, false, base), base, "nothing arriving");
+        assert_eq!(sleep_slack(false, true, base), base);
+        // Never looser than the thread's own slack.
+        assert_eq!(sleep_slack(true, false, Duration::ZERO), Duration::ZERO);
+    }
 
     #[test]
     fn dozes_until_shortly_before_an_answer_window_then_polls_through_it() {
