@@ -182,9 +182,9 @@ impl DataPlane<'_> {
             };
             if got > 0 {
                 bump(&self.counters.rx_packets, got as u64);
-                let latest =
-                    self.handle_burst(&mut rx, &mut staged, &mut staged_info, &mut tx, now_ns);
-                if let Some(remaining) = latest {
+                if let Some(remaining) =
+                    self.handle_burst(&mut rx, &mut staged, &mut staged_info, &mut tx, now_ns)
+                {
                     arrivals.fragment(now_ns, remaining);
                 }
             }
@@ -224,8 +224,12 @@ impl DataPlane<'_> {
                         let now = kp_os::affinity::monotonic_ns();
                         match doze_before_answers(d, now, self.routes.answer_windows()) {
                             IdleWait::Doze(d) => {
-                                let busy = self.routes.answer_windows().next().is_some();
-                                let want = sleep_slack(arrivals.arriving(now_ns), busy, base_slack);
+                                // The routes' windows are read again only
+                                // where it matters: a request arriving.
+                                let arriving = arrivals.arriving(now_ns);
+                                let busy =
+                                    arriving && self.routes.answer_windows().next().is_some();
+                                let want = sleep_slack(arriving, busy, base_slack);
                                 // A failed prctl leaves the slack as it was:
                                 // a sleep up to 50 µs late, nothing lost.
                                 if want != slack
