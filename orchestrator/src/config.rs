@@ -122,6 +122,26 @@ pub struct IfManagerConfig {
     pub file_prefix: String,
 }
 
+impl IfManagerConfig {
+    /// Whether its EAL arguments map the hugepage memory up front (`-m`,
+    /// `--socket-mem`, or `--legacy-mem`). Without, DPDK adds pages as IF
+    /// processes reserve their pools and frees them as they exit, and each
+    /// such change syncs every process of the platform's memory map
+    /// (waiting up to 5 s for one that does not answer: a process that is
+    /// exiting or still starting); with, pools come from the memory mapped
+    /// at start, which DPDK never frees.
+    pub fn preallocates_memory(&self) -> bool {
+        self.eal.iter().any(|a| {
+            let megabytes = |n: &str| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit());
+            a == "-m"
+                || a.strip_prefix("-m").is_some_and(megabytes)
+                || a == "--socket-mem"
+                || a.starts_with("--socket-mem=")
+                || a == "--legacy-mem"
+        })
+    }
+}
+
 fn default_prefix() -> String {
     "kneepoint".to_string()
 }
@@ -297,5 +317,32 @@ mod tests {
         )
         .unwrap_err();
         assert!(bad.to_string().contains("metrics_listen"), "{bad}");
+    }
+
+    #[test]
+    fn preallocated_memory_is_recognised_in_every_spelling() {
+        let of = |eal: &[&str]| IfManagerConfig {
+            wrap: vec![],
+            options: vec![],
+            eal: eal.iter().map(|s| s.to_string()).collect(),
+            file_prefix: "kp".into(),
+        };
+        for yes in [
+            &["--lcores", "0@0", "-m", "1024"][..],
+            &["-m1024"],
+            &["--socket-mem", "512"],
+            &["--socket-mem=512,0"],
+            &["--legacy-mem"],
+        ] {
+            assert!(of(yes).preallocates_memory(), "{yes:?}");
+        }
+        for no in [
+            &["--lcores", "0@0", "--no-pci"][..],
+            &["--vdev", "net_af_packet0,iface=kp-p0"],
+            &["-mx"],
+            &[],
+        ] {
+            assert!(!of(no).preallocates_memory(), "{no:?}");
+        }
     }
 }

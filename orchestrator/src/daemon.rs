@@ -204,6 +204,11 @@ impl Daemon {
                 Topology::fallback()
             }),
         };
+        if !cfg.if_manager.preallocates_memory() {
+            tracing::warn!(
+                "orchestrator: if_manager.eal maps no hugepage memory at start (no -m or --socket-mem): IF processes that start and stop will add and free pages, and DPDK syncs every process's memory map each time, waiting up to 5 s for one that is exiting or still starting (configs/platform.toml, -m)"
+            );
+        }
         let cores = topology.cores_near_nic(&nic);
         let topology_summary = topology.summary(&nic);
         let gpu = crate::gpu::gpu_present();
