@@ -833,12 +833,32 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
         "orchestrator: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // What went wrong first, then the summary (thousands of lines: CI
+    // shows the head and the tail of a failing test's output).
+    let log = String::from_utf8_lossy(&out.stderr);
+    let left = dpdk_files_left(&prefix);
+    let mut failures = failures;
+    if !left.is_empty() {
+        // Files are left when a process was killed: say which and why.
+        // Each such line is followed by the process's last output.
+        let lines: Vec<&str> = log.lines().collect();
+        let kills: Vec<String> = lines
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.contains("killing it") || l.contains("left no final report"))
+            .map(|(i, _)| lines[i..lines.len().min(i + 9)].join("\n"))
+            .collect();
+        failures.push(format!(
+            "DPDK files left behind: {left:?}; the orchestrator's kills: {kills:?}"
+        ));
+    }
+    for f in &failures {
+        eprintln!("FAILED: {f}");
+    }
     println!("{summary:#}");
     if let Ok(path) = std::env::var("KP_OVERLOAD_OUT") {
         std::fs::write(&path, format!("{summary:#}\n"))?;
     }
     ensure!(failures.is_empty(), "{}", failures.join("\n"));
-    let left = dpdk_files_left(&prefix);
-    ensure!(left.is_empty(), "DPDK files left behind: {left:?}");
     Ok(())
 }

@@ -79,6 +79,19 @@ pub struct Deploy<'a> {
     pub share_pct: f64,
 }
 
+/// Hugepage memory, MiB, the if-manager of a test platform maps at start
+/// (EAL `-m`, as configs/platform.toml sets it): the if-manager's mbuf
+/// pool at its default jumbo `--max-frame` (~350 MiB) and every kp-if that
+/// can live at once (2 IFs, up to 5 processes each during a re-provision,
+/// ~40 MiB of input pool each). Without it, every kp-if that starts adds
+/// pages and every one that exits frees them, and each change syncs every
+/// process's memory map, waiting up to 5 s for a process that does not
+/// answer; four kp-ifs exiting at once at a shutdown could wait on each
+/// other past the orchestrator's grace, be killed inside DPDK's shared
+/// locks and wedge the if-manager (a CI run of the overload test, 29
+/// November 2026).
+pub const HUGEPAGE_MB: u32 = 1024;
+
 /// [`write_config`] with each IF's SLO and share given.
 pub fn write_config_with(
     path: &std::path::Path,
@@ -99,7 +112,7 @@ tuning = false
 wrap = ["ip", "netns", "exec", "{ns}"]
 options = ["--ip", "{ip}"]
 eal = ["--lcores", "0@0", "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error",
-       "--vdev", "net_af_packet0,iface={iface},framesz=10240,blocksz=20480"]
+       "-m", "{mem}", "--vdev", "net_af_packet0,iface={iface},framesz=10240,blocksz=20480"]
 file_prefix = "{prefix}"
 "#,
         models = repo_root().join("models").display(),
@@ -107,6 +120,7 @@ file_prefix = "{prefix}"
         ns = net.get("PLATFORM_NS"),
         ip = net.get("PLATFORM_IP"),
         iface = net.get("PLATFORM_IF"),
+        mem = HUGEPAGE_MB,
     );
     for d in ifs {
         text += &format!(
