@@ -11,7 +11,7 @@
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::{af_packet_vdev, eal, Platform};
+use kneepoint_tests::platform::{af_packet_vdev, eal, primary_eal, Platform};
 use kneepoint_tests::{
     answers, bin, datagrams_lost, datagrams_received, datagrams_sent, dpdk_files_left,
     expect_statuses, file_prefix, kp_client_closed_loop, repo_root, Daemon, NetnsPair, Scratch,
@@ -123,7 +123,7 @@ fn kp_client_closed_loop_through_squeezenet_gets_every_request_answered() -> Res
     let ifm = Daemon::start(
         &ns,
         &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-        &eal(&prefix, "0@0", &["--vdev", &vdev]),
+        &primary_eal(&prefix, &vdev),
     )?;
     let kp_if = Daemon::start_bin(
         &ns,

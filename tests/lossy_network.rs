@@ -59,7 +59,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use kneepoint_tests::impair::{Capture, Impairment};
-use kneepoint_tests::platform::eal;
+use kneepoint_tests::platform::{eal, primary_eal};
 use kneepoint_tests::{
     bin, datagrams_received, dpdk_files_left, expect, file_prefix, repo_root, run, wait_for_stats,
     Daemon, NetnsPair, Scratch,
@@ -235,7 +235,7 @@ fn lossy_bridge_and_generator_faults_every_request_answered_exactly_once() -> Re
     let ifm = Daemon::start(
         &ns,
         &["--control", &ifm_control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-        &eal(&prefix, "0@0", &["--vdev", &vdev]),
+        &primary_eal(&prefix, &vdev),
     )?;
     let kp_if = Daemon::start_bin(
         &ns,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::{af_packet_vdev, eal};
+use kneepoint_tests::platform::{af_packet_vdev, eal, primary_eal};
 use kneepoint_tests::{dpdk_files_left, file_prefix, repo_root, run, Daemon, NetnsPair, Scratch};
 use serde_json::Value;
 
@@ -48,7 +48,7 @@ fn python_client_classifies_a_photo_and_shares_one_client_between_threads() -> R
     let ifm = Daemon::start(
         &ns,
         &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-        &eal(&prefix, "0@0", &["--vdev", &vdev]),
+        &primary_eal(&prefix, &vdev),
     )?;
     // Two IFs on the 2-core machine: distinct lcore ids (mempool caches are
     // per lcore), both free to run on either core. A generous SLO: a busy

@@ -17,7 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use kneepoint_tests::platform::{af_packet_vdev, eal};
+use kneepoint_tests::platform::{af_packet_vdev, eal, primary_eal};
 use kneepoint_tests::{
     answers, bin, control, datagrams_lost, datagrams_received, datagrams_sent, dpdk_files_left,
     expect_statuses, file_prefix, repo_root, BackgroundClient, Daemon, NetnsPair, Scratch,
@@ -67,7 +67,7 @@ impl Platform {
         let ifm = Daemon::start(
             &["ip", "netns", "exec", net.get("PLATFORM_NS")],
             &["--control", &ifm_control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-            &eal(&prefix, "0@0", &["--vdev", &vdev]),
+            &primary_eal(&prefix, &vdev),
         )?;
         Ok(Platform {
             net,

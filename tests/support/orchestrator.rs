@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use serde_json::Value;
 
+use crate::platform::HUGEPAGE_MB;
 use crate::{bin, bin_dir, repo_root, NetnsPair};
 
 pub fn kpctl(endpoint: &str, args: &[&str]) -> Result<Value> {
@@ -78,19 +79,6 @@ pub struct Deploy<'a> {
     /// Its share of the device, percent.
     pub share_pct: f64,
 }
-
-/// Hugepage memory, MiB, the if-manager of a test platform maps at start
-/// (EAL `-m`, as configs/platform.toml sets it): the if-manager's mbuf
-/// pool at its default jumbo `--max-frame` (~350 MiB) and every kp-if that
-/// can live at once (2 IFs, up to 5 processes each during a re-provision,
-/// ~40 MiB of input pool each). Without it, every kp-if that starts adds
-/// pages and every one that exits frees them, and each change syncs every
-/// process's memory map, waiting up to 5 s for a process that does not
-/// answer; four kp-ifs exiting at once at a shutdown could wait on each
-/// other past the orchestrator's grace, be killed inside DPDK's shared
-/// locks and wedge the if-manager (a CI run of the overload test, 29
-/// November 2026).
-pub const HUGEPAGE_MB: u32 = 1024;
 
 /// [`write_config`] with each IF's SLO and share given.
 pub fn write_config_with(

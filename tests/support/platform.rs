@@ -12,6 +12,28 @@ use serde_json::Value;
 
 use crate::{bin, dpdk_files_left, file_prefix, repo_root, run_report, Daemon, NetnsPair, Scratch};
 
+/// Hugepage memory, MiB, the if-manager of a test platform maps at start
+/// (EAL `-m`, as configs/platform.toml sets it): the if-manager's mbuf
+/// pool at its default jumbo `--max-frame` (~350 MiB) and every kp-if that
+/// can live at once (2 IFs, up to 5 processes each during a re-provision,
+/// ~40 MiB of input pool each). Without it, every kp-if that starts adds
+/// pages and every one that exits frees them, and each change syncs every
+/// process's memory map, waiting up to 5 s for a process that does not
+/// answer; four kp-ifs exiting at once at a shutdown could wait on each
+/// other past the orchestrator's grace, be killed inside DPDK's shared
+/// locks and wedge the if-manager (docs/RELIABILITY.md, 29 November 2026).
+pub const HUGEPAGE_MB: u32 = 1024;
+
+/// EAL options of the if-manager (the DPDK primary, lcore 0 on CPU 0) of a
+/// test platform on `vdev`, mapping [`HUGEPAGE_MB`] at start.
+pub fn primary_eal(prefix: &str, vdev: &str) -> Vec<String> {
+    eal(
+        prefix,
+        "0@0",
+        &["-m", &HUGEPAGE_MB.to_string(), "--vdev", vdev],
+    )
+}
+
 /// EAL options of one process of a test platform (`extra` after the
 /// common ones): the one copy every cross-process test uses.
 pub fn eal(prefix: &str, lcores: &str, extra: &[impl AsRef<str>]) -> Vec<String> {
@@ -116,7 +138,7 @@ impl Platform {
         let ifm = Daemon::start(
             &ns,
             &["--control", &control, "--ip", net.get("PLATFORM_IP")].map(String::from),
-            &eal(&prefix, "0@0", &["--vdev", &vdev]),
+            &primary_eal(&prefix, &vdev),
         )?;
         let mut kp_if_args: Vec<String> = vec![
             "--model".into(),
