@@ -292,6 +292,9 @@ def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict, last: Optiona
                      "engine_own_us": None if rec is None else (rec["end_ns"] - rec["start_ns"]) / 1000,
                      "if_wait_us": None if rec is None else (rec["start_ns"] - rec["complete_ns"]) / 1000,
                      "if_answer_us": None if rec is None else (rec["sent_ns"] - rec["end_ns"]) / 1000,
+                     "complete_ns": None if rec is None else rec["complete_ns"],
+                     "batch_start_ns": None if rec is None else rec["start_ns"],
+                     "batch_end_ns": None if rec is None else rec["end_ns"],
                      "in_path_us": None if rec is None or origin_ns is None or req not in last
                      else (origin_ns + rec["complete_ns"] - last[req]) / 1000,
                      "out_path_us": None if rec is None or origin_ns is None
@@ -322,6 +325,7 @@ def mark_engine_busy(rows: list[dict]) -> list[dict]:
 
 ANSWER_COLUMNS = ["request_id", "status", "batch_size", "latency_us", "rtt_wire_us", "t_ns", "frag_span_us",
                   "after_last_wire_us", "engine_own_us", "if_wait_us", "if_answer_us", "in_path_us", "out_path_us",
+                  "complete_ns", "batch_start_ns", "batch_end_ns",
                   "engine_busy_at_arrival_us"]
 
 
@@ -434,6 +438,58 @@ def phase_stats(client: dict, ok: list[dict], ref_ms: dict, cpu: dict) -> dict:
         if all(r.get("in_path_us") is not None and r.get("out_path_us") is not None for r in traced):
             res["in_path_us"] = q3([r["in_path_us"] for r in traced])
             res["out_path_us"] = q3([r["out_path_us"] for r in traced])
+        res.update(engine_per_image_in_if(traced))
+    res.update(engine_idle_in_if(rows))
+    return res
+
+
+def engine_idle_in_if(rows: list[dict]) -> dict:
+    """Where the engine sat idle between the phase's batches (kp-if's
+    trace, its monotonic clock), as fractions of the time from the first
+    batch's start to the last one's end: with a request of the next batch
+    already complete in the IF (what the batching policy's waits and the
+    inference thread's own work between batches cost), and with none yet
+    (the requests were still arriving: what the load left it)."""
+    batches: dict[tuple[int, int], int] = {}
+    for r in rows:
+        if r.get("batch_start_ns") is None:
+            continue
+        key = (r["batch_start_ns"], r["batch_end_ns"])
+        batches[key] = min(batches.get(key, r["complete_ns"]), r["complete_ns"])
+    if len(batches) < 2:
+        return {}
+    order = sorted(batches.items())
+    queued = empty = 0
+    for ((_, prev_end), _), ((start, _), first_complete) in zip(order, order[1:]):
+        if start <= prev_end:
+            continue
+        empty += max(0, min(start, first_complete) - prev_end)
+        queued += max(0, start - max(prev_end, first_complete))
+    span = order[-1][0][1] - order[0][0][0]
+    return {"engine_idle_with_request_complete_fraction": queued / span,
+            "engine_idle_with_none_complete_fraction": empty / span}
+
+
+def engine_per_image_in_if(traced: list[dict]) -> dict:
+    """The engine's own time per image inside the IF, by batch size (the
+    median over the requests of that size of their batch's time / its
+    size, ms), and the batch mix's time per image (those medians weighted
+    by the requests of each size) over batch 1's: whether the sizes the
+    batching policy chose cost the engine more per image than batches of
+    1 would (issue 13, item 1). Both come from batches interleaved in one
+    run, so a machine that drifts between runs cancels out; the ratio
+    needs batches of 1 among them (the policy's probes run some)."""
+    per: dict[int, list[float]] = {}
+    for r in traced:
+        per.setdefault(r["batch_size"], []).append(r["engine_own_us"] / r["batch_size"] / 1000)
+    if not per:
+        return {}
+    by_size = {n: statistics.median(v) for n, v in sorted(per.items())}
+    res = {"engine_own_ms_per_image_by_size": by_size,
+           "traced_requests_by_size": {n: len(v) for n, v in sorted(per.items())}}
+    if 1 in by_size:
+        mix = sum(by_size[n] * len(v) for n, v in per.items()) / sum(len(v) for v in per.values())
+        res["engine_own_per_image_mix_vs_batch1"] = mix / by_size[1]
     return res
 
 
@@ -526,6 +582,15 @@ def saturation_table(meta: dict, sat: dict) -> list[str]:
             f"| **ratio end to end / engine** (same batch mix) | **{sat['ratio_e2e_to_engine']:.3f}** |",
             f"| ratio end to end / engine's best batch | {sat['ratio_e2e_to_engine_best']:.3f} |",
             f"| engine time those batches need, share of the run | {sat.get('engine_busy_fraction', 0):.3f} |",
+            "| engine's time per image in the IF by batch size, ms (kp-if --trace) | "
+            + (", ".join(f"{n}: {v:.3f}" for n, v in sat["engine_own_ms_per_image_by_size"].items())
+               if "engine_own_ms_per_image_by_size" in sat else "-") + " |",
+            "| the same, batch mix / batches of 1 (one run, interleaved) | "
+            + (f"{sat['engine_own_per_image_mix_vs_batch1']:.3f}" if "engine_own_per_image_mix_vs_batch1" in sat
+               else "-") + " |",
+            "| engine idle between batches, share of the phase: a request complete / none yet (kp-if --trace) | "
+            + (f"{sat['engine_idle_with_request_complete_fraction']:.4f} / {sat['engine_idle_with_none_complete_fraction']:.4f}"
+               if "engine_idle_with_request_complete_fraction" in sat else "-") + " |",
             f"| kp-if's own cost fit a + b·n at the end, ms (n = 1, 2, 4, 8) | {list(sat['if_fit_ms'].values())} |",
             f"| statuses | {sat['statuses']} |",
             f"| CPU0 / CPU1 busy % (user, sys, softirq) | {c['cpu0']['busy']} ({c['cpu0']['user']}, {c['cpu0']['system']}, "

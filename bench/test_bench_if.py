@@ -131,7 +131,8 @@ class Captures(unittest.TestCase):
         self.assertEqual(rows[0], {"request_id": 1, "status": 0, "batch_size": 2, "latency_us": 5000,
                                    "rtt_wire_us": 5100.0, "t_ns": 10 * ms, "frag_span_us": 120.5,
                                    "after_last_wire_us": None, "engine_own_us": None, "if_wait_us": None,
-                                   "if_answer_us": None, "in_path_us": None, "out_path_us": None})
+                                   "if_answer_us": None, "in_path_us": None, "out_path_us": None,
+                                   "complete_ns": None, "batch_start_ns": None, "batch_end_ns": None})
         ok = bench_if.mark_engine_busy(rows)
         self.assertEqual([r["request_id"] for r in ok], [1, 2, 3, 4])
         self.assertEqual([r["engine_busy_at_arrival_us"] for r in ok], [None, None, 1000.0, 0])
@@ -287,6 +288,47 @@ class Phases(unittest.TestCase):
         self.assertEqual(res["outside_if_after_last_us"], {"p50": 240.0, "p90": 280.0, "p99": 280.0, "n": 3})
         fn = next(fn for name, fn in bench_if.LATENCY_ROWS if name.startswith("**last fragment in"))
         self.assertEqual(fn(res), "**300 / 1000**")
+
+    def test_the_engines_time_per_image_by_batch_size_and_the_mix_against_batch_one(self):
+        def traced(req, n, own):
+            return dict(row(req, n, 9000, req, 0.0), after_last_wire_us=own + 100.0, engine_own_us=own,
+                        if_wait_us=20.0, if_answer_us=10.0)
+        # Batches of 1 at 7, 7.2 and 6.8 ms; of 2 at 13.6 ms (6.8 per image),
+        # each of its 2 requests traced; one of 4 at 30 ms (7.5 per image).
+        ok = ([traced(1, 1, 7000.0), traced(2, 1, 7200.0), traced(3, 1, 6800.0)]
+              + [traced(r, 2, 13600.0) for r in (4, 5)] + [traced(r, 4, 30000.0) for r in (6, 7, 8, 9)])
+        res = bench_if.phase_stats(CLIENT, ok, {1: 7.0, 2: 13.0, 4: 28.0}, {})
+        self.assertEqual(res["traced_requests_by_size"], {1: 3, 2: 2, 4: 4})
+        by = res["engine_own_ms_per_image_by_size"]
+        self.assertEqual([round(by[n], 3) for n in (1, 2, 4)], [7.0, 6.8, 7.5])
+        # (3 x 7.0 + 2 x 6.8 + 4 x 7.5) / 9 = 7.1778 ms, over 7.0.
+        self.assertAlmostEqual(res["engine_own_per_image_mix_vs_batch1"], 64.6 / 9 / 7.0)
+        # Without batches of 1 there is no ratio, and no trace no entry at all.
+        res = bench_if.phase_stats(CLIENT, ok[3:], {1: 7.0, 2: 13.0, 4: 28.0}, {})
+        self.assertNotIn("engine_own_per_image_mix_vs_batch1", res)
+        self.assertEqual(bench_if.engine_per_image_in_if([]), {})
+
+    def test_engine_idle_between_batches_with_a_request_complete_or_none(self):
+        def traced(req, start, end, complete):
+            return dict(row(req, 1, 5000, req, 0.0), complete_ns=complete, batch_start_ns=start, batch_end_ns=end)
+        # Batches [0, 10], [12, 20], [30, 40], [40, 50] ms, 50 ms in all.
+        # Before the second, its request was complete at 11: idle 1 ms with
+        # none, 1 ms with it complete. Before the third, complete at 21:
+        # 1 ms with none, 9 ms with it complete. The fourth starts at the
+        # third's end.
+        ms = 1_000_000
+        ok = [traced(1, 0, 10 * ms, 0), traced(2, 12 * ms, 20 * ms, 11 * ms), traced(3, 30 * ms, 40 * ms, 21 * ms),
+              traced(4, 40 * ms, 50 * ms, 35 * ms), row(5, 1, 5000, 5, 0.0)]   # 5: not traced
+        res = bench_if.engine_idle_in_if(ok)
+        self.assertAlmostEqual(res["engine_idle_with_request_complete_fraction"], 10 / 50)
+        self.assertAlmostEqual(res["engine_idle_with_none_complete_fraction"], 2 / 50)
+        # Both requests of a batch of 2 count once, from the earlier completion.
+        two = [traced(1, 0, 10 * ms, 0), dict(traced(2, 14 * ms, 20 * ms, 13 * ms), batch_size=2),
+               dict(traced(3, 14 * ms, 20 * ms, 11 * ms), batch_size=2)]
+        res = bench_if.engine_idle_in_if(two)
+        self.assertAlmostEqual(res["engine_idle_with_request_complete_fraction"], 3 / 20)
+        self.assertAlmostEqual(res["engine_idle_with_none_complete_fraction"], 1 / 20)
+        self.assertEqual(bench_if.engine_idle_in_if(ok[:1]), {})
 
     def test_a_phase_without_captures_has_the_client_only(self):
         res = bench_if.phase_stats(dict(CLIENT, answer_span_s=0), [], {1: 4.0}, {})
