@@ -17,7 +17,8 @@
 #     maturin, which `make python` builds the Python package kneepoint with,
 #     and tritonclient[http], the standard KServe v2 client the gateway's
 #     test (tests/kserve_gateway.rs) drives kp-gateway with;
-#   - 2 MiB hugepages (KP_HUGEPAGES, default 1024 = 2 GiB; at least 256)
+#   - 2 MiB hugepages (KP_HUGEPAGES, default 1024 = 2 GiB; at least 640:
+#     every test platform's if-manager maps 1 GiB at start, `-m 1024`)
 #     and a hugetlbfs mount at /dev/hugepages.
 set -euo pipefail
 
@@ -47,7 +48,7 @@ APT_PACKAGES=(dpdk libdpdk-dev clang libclang-dev pkg-config tcpreplay tcpdump
 PY_PACKAGES=("onnxruntime==1.31.1" "onnx==1.23.2" "numpy<3" "pillow==12.1.0" "maturin==1.15.0"
              "tritonclient[http]==2.73.0" "geventhttpclient==2.6.1" "nvidia-cuda-nvrtc==13.0.88")
 HUGEPAGES_WANTED=${KP_HUGEPAGES:-1024}
-HUGEPAGES_MIN=256
+HUGEPAGES_MIN=640
 HUGE_MNT=/dev/hugepages
 VENV="$repo/.venv"
 
