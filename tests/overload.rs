@@ -827,7 +827,7 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
             }),
         ))
     })();
-    let ((failures, summary), out) = orch.end(&endpoint, result)?;
+    let ((mut failures, summary), out) = orch.end(&endpoint, result)?;
     ensure!(
         out.status.success(),
         "orchestrator: {}",
@@ -837,7 +837,6 @@ fn overload_is_answered_overloaded_within_slo_and_recovered_from() -> Result<()>
     // shows the head and the tail of a failing test's output).
     let log = String::from_utf8_lossy(&out.stderr);
     let left = dpdk_files_left(&prefix);
-    let mut failures = failures;
     if !left.is_empty() {
         // Files are left when a process was killed: say which and why.
         // Each such line is followed by the process's last output.

@@ -1034,8 +1034,8 @@ impl BatchPolicy {
         // what the bigger batch costs, and it must still serve more per
         // second than running the queue now.
         let fill_ns = (limit - q) as f64 / rate;
-        let limit_tp = self.throughput_per_ns(model, limit);
-        if limit_tp <= 0.0 || limit as f64 / (fill_ns + limit as f64 / limit_tp) <= now_tp {
+        let limit_cost = self.predicted_ns(model, limit).max(1.0);
+        if limit as f64 / (fill_ns + limit_cost) <= now_tp {
             return None;
         }
         let slack = self.budget_ns - self.deadline_cost_ns(model, limit);
