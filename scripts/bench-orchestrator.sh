@@ -477,11 +477,12 @@ phase_convergence() {
 
 # ---------------------------------------------------------------------------
 # Phase "impact" (issue 13: switchovers as clients see them), once per
-# fraction of IMPACT_LOADS: the same platform as "switchover"; if 1's
-# capacity measured first (closed loop, CAP_CONCURRENCY outstanding, CAP_S
-# s: OK answers/s); then open-loop Poisson load on if 1 at that fraction of
-# it (every request recorded: record-if1-K.csv) and a light closed loop on
-# if 5, while IMPACT_SWITCHOVERS switchovers of if 1 run SETTLE s apart.
+# fraction of IMPACT_LOADS: the same platform as "switchover"; a light
+# closed loop on if 5 from the start; if 1's capacity measured beside it
+# (closed loop, CAP_CONCURRENCY outstanding, CAP_S s: OK answers/s); then
+# open-loop Poisson load on if 1 at that fraction of it (every request
+# recorded: record-if1-K.csv) while IMPACT_SWITCHOVERS switchovers of if 1
+# run SETTLE s apart.
 # The orchestrator's summary gives each switchover's wall-clock window; the
 # harness compares the requests in flight within IMPACT_MARGIN_MS of one
 # with all the others (latency percentiles, failures).
@@ -495,6 +496,13 @@ phase_impact() {
   busy start
   config "$cur/platform.toml" false "1 $model1 2000 50" "5 $model5 2000 50"
   start_platform "$cur"
+  # if 5's light closed loop runs from here on, through the capacity
+  # measurement too: measured with if 5 idle, the capacity was if 1's with
+  # a core's worth of room for the clients and the kernel's packet work
+  # that it no longer has under the load it is a fraction of.
+  echo "$(now)" >"$cur/load.started"
+  start_loop if5 --if-id 5 --concurrency 1
+  sleep 3
   ip netns exec "$CLIENT_NS" taskset -c "$cpus" "$bin/kp-client" --dst "$dst" --input synthetic --timeout 5s --json \
     --if-id 1 --concurrency "$cap_concurrency" --duration "${cap_s}s" --first-request-id 900000000001 \
     >"$cur/capacity.json" 2>"$cur/capacity.log" || die "the capacity run failed: $(tail -n 5 "$cur/capacity.log")"
@@ -502,9 +510,7 @@ phase_impact() {
   rate=$(calc "$cap * $frac")
   say "[impact $frac] if 1 capacity $(calc "$cap") OK/s; open loop at $rate req/s, $impact_switchovers switchovers"
   echo "$cap $rate" >"$cur/rate.txt"
-  echo "$(now)" >"$cur/load.started"
   RECORD_CLIENTS=1 start_loop if1 --if-id 1 --rate "$rate"
-  start_loop if5 --if-id 5 --concurrency 1
   sleep 3
   switch_if1 "$impact_switchovers" "impact $frac" "$impact_settle"
   sleep 2
