@@ -90,9 +90,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin=${BIN:-$repo/target/${PROFILE:-release}}
 models=${MODELS:-$repo/models}
 eal_extra=${EAL_EXTRA:-}
-# How much a starting shadow lowers its priority (kp-if --standby-nice;
-# empty: kp-if's default).
-standby_nice_arg=${STANDBY_NICE:+--standby-nice $STANDBY_NICE}
+# How a starting shadow lowers its priority (kp-if --standby-idle-ms and
+# --standby-nice; empty: kp-if's defaults).
+standby_nice_arg="${STANDBY_IDLE_MS:+--standby-idle-ms $STANDBY_IDLE_MS} ${STANDBY_NICE:+--standby-nice $STANDBY_NICE}"
 model1=${MODEL1:-squeezenet}
 model5=${MODEL5:-shufflenet}
 af_frames=${AF_PACKET_FRAMES:-8192}

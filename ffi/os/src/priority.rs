@@ -1,8 +1,9 @@
-//! CPU priority (the nice value) of this process's threads. Linux keeps a
-//! nice value per thread, and a new thread starts with its creator's: a
-//! process that lowers its main thread's priority early runs every thread
-//! it creates later at that priority, and [`set_nice_all_threads`] changes
-//! all of them at once.
+//! CPU priority of this process's threads: the nice value and the
+//! scheduling policy (normal or `SCHED_IDLE`). Linux keeps both per
+//! thread, and a new thread starts with its creator's: a process that
+//! lowers its main thread's priority early runs every thread it creates
+//! later at that priority, and [`set_normal_all_threads`] gives all of
+//! them one priority at once.
 //!
 //! Also the timer slack: how late the kernel may end a thread's timed
 //! sleep to merge its wake-up with others' (50 µs by default, inherited
@@ -18,21 +19,56 @@ pub fn set_nice_current_thread(nice: i32) -> io::Result<()> {
     set_nice(tid, nice)
 }
 
-/// Sets the nice value of every thread of this process (as listed in
-/// `/proc/self/task`; one that exits meanwhile is skipped). Lowering a
-/// nice value (raising the priority) needs `CAP_SYS_NICE`, e.g. root.
-pub fn set_nice_all_threads(nice: i32) -> io::Result<()> {
+/// Puts the calling thread under `SCHED_IDLE` (threads it creates
+/// afterwards inherit it): it runs only on CPU time that no thread under
+/// the normal policy wants, whatever their nice values (its weight is a
+/// third of nice +19's). Leaving it again needs `CAP_SYS_NICE`, e.g. root.
+pub fn set_idle_current_thread() -> io::Result<()> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    set_policy(tid, libc::SCHED_IDLE)
+}
+
+/// Puts every thread of this process (as listed in `/proc/self/task`; one
+/// that exits meanwhile is skipped) under the normal policy
+/// (`SCHED_OTHER`) at this nice value, from `SCHED_IDLE` or another nice
+/// value. Raising a priority needs `CAP_SYS_NICE`, e.g. root.
+pub fn set_normal_all_threads(nice: i32) -> io::Result<()> {
     for entry in std::fs::read_dir("/proc/self/task")? {
         let name = entry?.file_name();
         let tid: libc::pid_t = name.to_string_lossy().parse().map_err(|_| {
             io::Error::other(format!("/proc/self/task/{name:?} is not a thread id"))
         })?;
-        match set_nice(tid, nice) {
+        match set_policy(tid, libc::SCHED_OTHER).and_then(|()| set_nice(tid, nice)) {
             Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {} // it exited
             other => other?,
         }
     }
     Ok(())
+}
+
+/// Whether the calling thread runs under `SCHED_IDLE`.
+pub fn is_idle_current_thread() -> io::Result<bool> {
+    // SAFETY: sched_getscheduler takes a plain integer (0: the calling
+    // thread) and touches no memory of ours.
+    let policy = unsafe { libc::sched_getscheduler(0) };
+    if policy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(policy == libc::SCHED_IDLE)
+}
+
+fn set_policy(tid: libc::pid_t, policy: libc::c_int) -> io::Result<()> {
+    // Both SCHED_OTHER and SCHED_IDLE take a static priority of 0.
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param that outlives the call, which
+    // only reads it; a thread id selects that thread.
+    let r = unsafe { libc::sched_setscheduler(tid, policy, &param) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Whether this process runs as root (may raise priorities back).
@@ -97,8 +133,13 @@ pub fn timer_slack_current_thread() -> std::time::Duration {
 mod tests {
     use super::*;
 
+    /// The priority tests change threads of the whole test process (all of
+    /// them, in one): one at a time.
+    static PRIORITY_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     #[test]
     fn a_thread_started_after_lowering_inherits_it_and_all_can_be_reset() {
+        let _one_at_a_time = PRIORITY_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         // In a thread of its own, so the test harness's threads keep theirs.
         std::thread::spawn(|| {
             let before = nice_current_thread().unwrap();
@@ -115,6 +156,30 @@ mod tests {
             );
             if is_root() {
                 set_nice_current_thread(before).unwrap();
+                assert_eq!(nice_current_thread().unwrap(), before);
+            }
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn an_idle_thread_passes_the_policy_on_and_all_threads_return_to_normal() {
+        let _one_at_a_time = PRIORITY_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        std::thread::spawn(|| {
+            let before = nice_current_thread().unwrap();
+            assert!(!is_idle_current_thread().unwrap());
+            set_idle_current_thread().unwrap();
+            assert!(is_idle_current_thread().unwrap());
+            let child = std::thread::spawn(is_idle_current_thread)
+                .join()
+                .unwrap()
+                .unwrap();
+            assert!(child, "a new thread starts under its creator's policy");
+            if is_root() {
+                // Every thread of the test process, this one among them.
+                set_normal_all_threads(before).unwrap();
+                assert!(!is_idle_current_thread().unwrap());
                 assert_eq!(nice_current_thread().unwrap(), before);
             }
         })

@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -102,12 +102,22 @@ struct Args {
     /// active IF of the same if_id keeps serving meanwhile.
     #[arg(long, requires = "listen")]
     standby: bool,
-    /// How much a shadow lowers its CPU priority (nice) while it starts:
-    /// the EAL, the model's load and its warm-up batch run while the
-    /// active serves, often on the same cores, and at the active's
-    /// priority they take its CPU. Every thread gets its priority back
-    /// before the shadow parks, so it takes over at full speed. Only where
-    /// the priority can be raised back (root, `CAP_SYS_NICE`); 0 keeps it.
+    /// How long a shadow starts under `SCHED_IDLE`, in ms: the EAL, the
+    /// model's load and its warm-up batch run while the active serves,
+    /// often on the same cores, and at the active's priority they take its
+    /// CPU; under `SCHED_IDLE` they get only the CPU time nothing at normal
+    /// priority wants. A shadow not parked by then goes on at nice
+    /// +`--standby-nice`, so that a saturated machine still re-provisions
+    /// (in well under the orchestrator's 60 s start timeout). Every thread
+    /// gets the normal priority back before the shadow parks, so it takes
+    /// over at full speed. Only where the priority can be raised back
+    /// (root, `CAP_SYS_NICE`); 0 skips the idle part.
+    #[arg(long, default_value_t = 5000)]
+    standby_idle_ms: u64,
+    /// How much a shadow lowers its CPU priority (nice) while it starts,
+    /// once its `--standby-idle-ms` are over (or throughout, with
+    /// `--standby-idle-ms 0`); 0 and `--standby-idle-ms 0` keep the
+    /// active's priority.
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
     standby_nice: i32,
     /// Serve this IF's own control socket here (ZeroMQ REP, JSON):
@@ -293,9 +303,12 @@ fn run(mut args: Args) -> Result<()> {
         signal_hook::flag::register(sig, stop.clone()).context("installing signal handlers")?;
     }
     let lowered = if args.standby {
-        StartPriority::lower(args.standby_nice)
+        StartPriority::lower(
+            Duration::from_millis(args.standby_idle_ms),
+            args.standby_nice,
+        )
     } else {
-        StartPriority::Kept
+        StartPriority::kept()
     };
 
     // The EAL before the engine. A DPDK secondary maps the primary's
@@ -368,7 +381,7 @@ fn run(mut args: Args) -> Result<()> {
             began: started,
             eal: eal_time,
             model: load_time,
-            priority: lowered,
+            priority: &lowered,
         },
     };
     let result = attach_and_serve(&setup, &mut *engine, &eal);
@@ -430,7 +443,7 @@ struct Setup<'a> {
     output_elems: usize,
     /// Set by SIGINT/SIGTERM (installed before the EAL starts).
     stop: &'a AtomicBool,
-    startup: Startup,
+    startup: Startup<'a>,
 }
 
 /// Whether a stop was asked for while `what` started; if so, says so (the
@@ -447,7 +460,7 @@ fn stopped_during_startup(stop: &AtomicBool, what: &str) -> bool {
 /// the active serves, on the same cores, so what it costs is what clients
 /// may feel during a re-provision.
 #[derive(Clone, Copy)]
-struct Startup {
+struct Startup<'a> {
     /// When `run` began (after the process was exec'd and its arguments
     /// parsed).
     began: Instant,
@@ -456,59 +469,166 @@ struct Startup {
     /// The engine: initialised, the model loaded, configured.
     model: Duration,
     /// The priority it started at.
-    priority: StartPriority,
+    priority: &'a StartPriority,
 }
 
-/// A shadow's start-up priority ([`Args::standby_nice`]).
+/// A shadow's start-up priority ([`Args::standby_idle_ms`],
+/// [`Args::standby_nice`]).
+struct StartPriority {
+    /// `None`: as the process was started.
+    lowered: Option<Lowered>,
+}
+
+struct Lowered {
+    /// The nice value it was started at, and gets back.
+    base: i32,
+    /// How much nicer it runs after (or without) its time under `SCHED_IDLE`.
+    by: i32,
+    /// How long it starts under `SCHED_IDLE` (zero: not at all).
+    idle_for: Duration,
+    /// Where it is now; the watchdog waits on the condition variable for
+    /// [`StartPhase::Restored`] or the end of `idle_for`.
+    phase: Arc<(Mutex<StartPhase>, Condvar)>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum StartPriority {
-    /// As the process was started.
-    Kept,
-    /// Lowered from `base` by `by`: the threads started from then on
-    /// inherit it; [`StartPriority::restore`] gives every thread `base`
-    /// back.
-    Lowered { base: i32, by: i32 },
+enum StartPhase {
+    /// Under `SCHED_IDLE`.
+    Idle,
+    /// At nice +by: from the start, or after `idle_for` under `SCHED_IDLE`.
+    Niced,
+    /// Back at the priority it started at ([`StartPriority::restore`]).
+    Restored { after_idle: bool },
 }
 
 impl StartPriority {
-    /// Lowers this thread's priority by `by` (the threads it starts later
-    /// inherit it), where it can be raised back.
-    fn lower(by: i32) -> StartPriority {
-        if by == 0 {
-            return StartPriority::Kept;
+    fn kept() -> StartPriority {
+        StartPriority { lowered: None }
+    }
+
+    /// Lowers this thread's priority (the threads it starts later inherit
+    /// it), where it can be raised back: `SCHED_IDLE` for `idle_for`, then
+    /// nice +`by`; a watchdog thread, started at full priority before the
+    /// rest goes idle, moves every thread on when `idle_for` is over.
+    fn lower(idle_for: Duration, by: i32) -> StartPriority {
+        if by == 0 && idle_for.is_zero() {
+            return StartPriority::kept();
         }
         if !kp_os::priority::is_root() {
             eprintln!(
                 "kp-if: starting at the active's priority: lowering it needs the right to raise it back (root)"
             );
-            return StartPriority::Kept;
+            return StartPriority::kept();
         }
-        let lowered = kp_os::priority::nice_current_thread()
-            .and_then(|base| kp_os::priority::set_nice_current_thread(base + by).map(|()| base));
-        match lowered {
-            Ok(base) => StartPriority::Lowered { base, by },
+        let base = match kp_os::priority::nice_current_thread() {
+            Ok(base) => base,
+            Err(e) => {
+                eprintln!("kp-if: warning: starting at the active's priority: {e}");
+                return StartPriority::kept();
+            }
+        };
+        let phase = Arc::new((Mutex::new(StartPhase::Niced), Condvar::new()));
+        if !idle_for.is_zero() {
+            let watched = phase.clone();
+            let watchdog = std::thread::Builder::new()
+                .name("kp-if-start-prio".into())
+                .spawn(move || Self::watch(&watched, idle_for, base + by));
+            let idle = watchdog.map_err(anyhow::Error::from).and_then(|_| {
+                *phase.0.lock().unwrap_or_else(PoisonError::into_inner) = StartPhase::Idle;
+                kp_os::priority::set_idle_current_thread().map_err(anyhow::Error::from)
+            });
+            match idle {
+                Ok(()) => {
+                    return StartPriority {
+                        lowered: Some(Lowered {
+                            base,
+                            by,
+                            idle_for,
+                            phase,
+                        }),
+                    }
+                }
+                Err(e) => {
+                    // The watchdog, if it started, finds Niced and leaves.
+                    *phase.0.lock().unwrap_or_else(PoisonError::into_inner) = StartPhase::Niced;
+                    eprintln!("kp-if: warning: cannot start under SCHED_IDLE ({e}); at nice +{by}");
+                }
+            }
+        }
+        if by == 0 {
+            return StartPriority::kept();
+        }
+        match kp_os::priority::set_nice_current_thread(base + by) {
+            Ok(()) => StartPriority {
+                lowered: Some(Lowered {
+                    base,
+                    by,
+                    idle_for: Duration::ZERO,
+                    phase,
+                }),
+            },
             Err(e) => {
                 eprintln!(
                     "kp-if: warning: starting at the active's priority: cannot lower it: {e}"
                 );
-                StartPriority::Kept
+                StartPriority::kept()
             }
         }
     }
 
-    /// Every thread of the process back to the priority it started at.
-    fn restore(self) -> Result<()> {
-        if let StartPriority::Lowered { base, .. } = self {
-            kp_os::priority::set_nice_all_threads(base)
-                .with_context(|| format!("restoring every thread's nice value to {base}"))?;
+    /// The watchdog: after `idle_for` still under `SCHED_IDLE`, every
+    /// thread to the normal policy at `nice`.
+    fn watch(phase: &(Mutex<StartPhase>, Condvar), idle_for: Duration, nice: i32) {
+        let (lock, woken) = phase;
+        let guard = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let (mut now, _) = woken
+            .wait_timeout_while(guard, idle_for, |p| *p == StartPhase::Idle)
+            .unwrap_or_else(PoisonError::into_inner);
+        if *now == StartPhase::Idle {
+            if let Err(e) = kp_os::priority::set_normal_all_threads(nice) {
+                eprintln!("kp-if: warning: cannot leave SCHED_IDLE after {idle_for:?}: {e}");
+            }
+            *now = StartPhase::Niced;
         }
+    }
+
+    /// Every thread of the process back to the priority it started at.
+    fn restore(&self) -> Result<()> {
+        let Some(l) = &self.lowered else {
+            return Ok(());
+        };
+        let (lock, woken) = &*l.phase;
+        let mut now = lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let after_idle = match *now {
+            StartPhase::Restored { .. } => return Ok(()),
+            StartPhase::Idle => false,
+            StartPhase::Niced => !l.idle_for.is_zero(),
+        };
+        kp_os::priority::set_normal_all_threads(l.base)
+            .with_context(|| format!("restoring every thread's priority to nice {}", l.base))?;
+        *now = StartPhase::Restored { after_idle };
+        woken.notify_all();
         Ok(())
     }
 
-    fn describe(self) -> String {
-        match self {
-            StartPriority::Kept => String::new(),
-            StartPriority::Lowered { by, .. } => format!(" at nice +{by}"),
+    /// How it started, for the ready line: "" or e.g. " under SCHED_IDLE".
+    fn describe(&self) -> String {
+        let Some(l) = &self.lowered else {
+            return String::new();
+        };
+        let now = *l.phase.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match now {
+            StartPhase::Restored { after_idle: false } | StartPhase::Idle
+                if !l.idle_for.is_zero() =>
+            {
+                " under SCHED_IDLE".to_string()
+            }
+            StartPhase::Restored { after_idle: true } => format!(
+                " under SCHED_IDLE for {} ms, then at nice +{}",
+                l.idle_for.as_millis(),
+                l.by
+            ),
+            _ => format!(" at nice +{}", l.by),
         }
     }
 }
@@ -791,4 +911,79 @@ fn serve_on(
         "hugepage_bytes": pool.reserved_bytes(),
     });
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kp_os::priority::{is_idle_current_thread, is_root, nice_current_thread};
+
+    /// Both tests change every thread of the test process: one at a time.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    // Lowering is refused without the right to raise back (then `lower`
+    // keeps the priority, as the first branch of each test checks).
+
+    #[test]
+    fn a_shadow_still_starting_after_its_idle_time_goes_on_at_its_nice_value() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        std::thread::spawn(|| {
+            let base = nice_current_thread().unwrap();
+            let p = StartPriority::lower(Duration::from_millis(50), 7);
+            if !is_root() {
+                assert!(p.lowered.is_none());
+                return;
+            }
+            assert!(
+                is_idle_current_thread().unwrap(),
+                "it starts under SCHED_IDLE"
+            );
+            let child = std::thread::spawn(|| is_idle_current_thread().unwrap());
+            assert!(child.join().unwrap(), "threads it starts inherit it");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while is_idle_current_thread().unwrap() {
+                assert!(Instant::now() < deadline, "the watchdog never moved it on");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(nice_current_thread().unwrap(), base + 7);
+            p.restore().unwrap();
+            assert!(!is_idle_current_thread().unwrap());
+            assert_eq!(nice_current_thread().unwrap(), base);
+            assert_eq!(p.describe(), " under SCHED_IDLE for 50 ms, then at nice +7");
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn a_shadow_parked_within_its_idle_time_gets_full_priority_back_and_stays_there() {
+        let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
+        std::thread::spawn(|| {
+            let base = nice_current_thread().unwrap();
+            let p = StartPriority::lower(Duration::from_millis(300), 7);
+            if !is_root() {
+                assert!(p.lowered.is_none());
+                return;
+            }
+            assert!(is_idle_current_thread().unwrap());
+            p.restore().unwrap();
+            assert!(!is_idle_current_thread().unwrap());
+            assert_eq!(nice_current_thread().unwrap(), base);
+            // Past the idle time: the watchdog, woken by the restore, left
+            // every thread alone.
+            std::thread::sleep(Duration::from_millis(400));
+            assert!(!is_idle_current_thread().unwrap());
+            assert_eq!(nice_current_thread().unwrap(), base);
+            assert_eq!(p.describe(), " under SCHED_IDLE");
+            // Without an idle time: nice +7 from the start.
+            let q = StartPriority::lower(Duration::ZERO, 7);
+            assert!(!is_idle_current_thread().unwrap());
+            assert_eq!(nice_current_thread().unwrap(), base + 7);
+            q.restore().unwrap();
+            assert_eq!(nice_current_thread().unwrap(), base);
+            assert_eq!(q.describe(), " at nice +7");
+        })
+        .join()
+        .unwrap();
+    }
 }
