@@ -38,9 +38,15 @@
 //! input pool in place, without a copy. ORT allocates the output from its
 //! arena and this engine copies it (`batch × output_elems` f32, 32 KB at
 //! batch 8 for 1000 classes) into the caller's slice.
-//! [`Framework::configure_batch`] runs one warm-up batch of the largest size
-//! so that ORT's arena and memory-pattern planning have seen it before the
-//! first request does.
+//! [`Framework::configure_batch`] runs one warm-up batch of 1, so that the
+//! session's first run (its allocation plan, the arena's first chunk) is
+//! not a request's. Not one of the largest size: ORT plans memory per
+//! input shape, so that batch would prepare no other size, and its only
+//! lasting effect, an arena already grown to the largest batch, costs the
+//! whole batch's compute at every start (squeezenet at 32 on the 2-CPU
+//! EPYC VM: ~350 ms of a core, taken from the active IF when a shadow
+//! starts on its cores) to save ~90 ms once, at the first batch of 32 if
+//! one ever comes (docs/PERFORMANCE.md, orchestrator section).
 //!
 //! # Devices
 //!
@@ -311,7 +317,7 @@ pub struct OnnxRuntime {
     fixed_batch: Option<usize>,
     /// 0 until `configure_batch`.
     max_batch: usize,
-    /// The largest batch run once by `configure_batch`.
+    /// The warm-up batch `configure_batch` ran on this session (0: none yet).
     warmed: usize,
     /// [`Device::Cuda`]: the IF's input pool, gathered on the GPU.
     device_input: Option<DeviceInput>,
@@ -602,11 +608,12 @@ impl Framework for OnnxRuntime {
         }
         let (input_elems, output_elems) = (info.input_elems(), info.output_elems());
         self.max_batch = max_batch;
-        if max_batch > self.warmed {
-            let input = vec![0.0f32; max_batch * input_elems];
-            let mut output = vec![0.0f32; max_batch * output_elems];
-            self.infer_batch(&input, max_batch, &mut output)?;
-            self.warmed = max_batch;
+        if self.warmed == 0 {
+            let warm = self.fixed_batch.unwrap_or(1);
+            let input = vec![0.0f32; warm * input_elems];
+            let mut output = vec![0.0f32; warm * output_elems];
+            self.infer_batch(&input, warm, &mut output)?;
+            self.warmed = warm;
         }
         Ok(())
     }
