@@ -527,14 +527,22 @@ impl StartPriority {
                 return StartPriority::kept();
             }
         };
-        let phase = Arc::new((Mutex::new(StartPhase::Niced), Condvar::new()));
+        // Idle before the watchdog starts: one that found anything else
+        // would leave at once.
+        let phase = Arc::new((
+            Mutex::new(if idle_for.is_zero() {
+                StartPhase::Niced
+            } else {
+                StartPhase::Idle
+            }),
+            Condvar::new(),
+        ));
         if !idle_for.is_zero() {
             let watched = phase.clone();
             let watchdog = std::thread::Builder::new()
                 .name("kp-if-start-prio".into())
                 .spawn(move || Self::watch(&watched, idle_for, base + by));
             let idle = watchdog.map_err(anyhow::Error::from).and_then(|_| {
-                *phase.0.lock().unwrap_or_else(PoisonError::into_inner) = StartPhase::Idle;
                 kp_os::priority::set_idle_current_thread().map_err(anyhow::Error::from)
             });
             match idle {
@@ -549,8 +557,10 @@ impl StartPriority {
                     }
                 }
                 Err(e) => {
-                    // The watchdog, if it started, finds Niced and leaves.
+                    // The watchdog, if it started, is woken, finds Niced
+                    // and leaves.
                     *phase.0.lock().unwrap_or_else(PoisonError::into_inner) = StartPhase::Niced;
+                    phase.1.notify_all();
                     eprintln!("kp-if: warning: cannot start under SCHED_IDLE ({e}); at nice +{by}");
                 }
             }
@@ -927,32 +937,30 @@ mod tests {
     #[test]
     fn a_shadow_still_starting_after_its_idle_time_goes_on_at_its_nice_value() {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
-        std::thread::spawn(|| {
-            let base = nice_current_thread().unwrap();
-            let p = StartPriority::lower(Duration::from_millis(50), 7);
-            if !is_root() {
-                assert!(p.lowered.is_none());
-                return;
-            }
-            assert!(
-                is_idle_current_thread().unwrap(),
-                "it starts under SCHED_IDLE"
-            );
-            let child = std::thread::spawn(|| is_idle_current_thread().unwrap());
-            assert!(child.join().unwrap(), "threads it starts inherit it");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while is_idle_current_thread().unwrap() {
-                assert!(Instant::now() < deadline, "the watchdog never moved it on");
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            assert_eq!(nice_current_thread().unwrap(), base + 7);
-            p.restore().unwrap();
-            assert!(!is_idle_current_thread().unwrap());
-            assert_eq!(nice_current_thread().unwrap(), base);
-            assert_eq!(p.describe(), " under SCHED_IDLE for 50 ms, then at nice +7");
-        })
-        .join()
-        .unwrap();
+        // Several times: the watchdog starts while this thread goes idle,
+        // and must move it on whichever comes first.
+        for _ in 0..10 {
+            std::thread::spawn(|| {
+                let base = nice_current_thread().unwrap();
+                let p = StartPriority::lower(Duration::from_millis(20), 7);
+                if !is_root() {
+                    assert!(p.lowered.is_none());
+                    return;
+                }
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while is_idle_current_thread().unwrap() {
+                    assert!(Instant::now() < deadline, "the watchdog never moved it on");
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                assert_eq!(nice_current_thread().unwrap(), base + 7);
+                p.restore().unwrap();
+                assert!(!is_idle_current_thread().unwrap());
+                assert_eq!(nice_current_thread().unwrap(), base);
+                assert_eq!(p.describe(), " under SCHED_IDLE for 20 ms, then at nice +7");
+            })
+            .join()
+            .unwrap();
+        }
     }
 
     #[test]
@@ -960,18 +968,23 @@ mod tests {
         let _one = ONE_AT_A_TIME.lock().unwrap_or_else(PoisonError::into_inner);
         std::thread::spawn(|| {
             let base = nice_current_thread().unwrap();
-            let p = StartPriority::lower(Duration::from_millis(300), 7);
+            let p = StartPriority::lower(Duration::from_secs(2), 7);
             if !is_root() {
                 assert!(p.lowered.is_none());
                 return;
             }
             assert!(is_idle_current_thread().unwrap());
+            let child = std::thread::spawn(|| is_idle_current_thread().unwrap());
+            assert!(
+                child.join().unwrap(),
+                "threads it starts inherit SCHED_IDLE"
+            );
             p.restore().unwrap();
             assert!(!is_idle_current_thread().unwrap());
             assert_eq!(nice_current_thread().unwrap(), base);
             // Past the idle time: the watchdog, woken by the restore, left
             // every thread alone.
-            std::thread::sleep(Duration::from_millis(400));
+            std::thread::sleep(Duration::from_millis(2200));
             assert!(!is_idle_current_thread().unwrap());
             assert_eq!(nice_current_thread().unwrap(), base);
             assert_eq!(p.describe(), " under SCHED_IDLE");
