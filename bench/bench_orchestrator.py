@@ -16,6 +16,8 @@ kpctl); it calls
                                             result.json (also printed)
     bench_orchestrator.py summary OUT       the markdown of every phase
                                             with a result.json, printed
+    bench_orchestrator.py docs OUT DOC      that markdown into DOC, between
+                                            its bench-orchestrator markers
 
 How each number is computed: docs/PERFORMANCE.md, "Orchestrator". The
 percentiles are bench/stats.py's (nearest rank). Standard library only;
@@ -39,6 +41,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docsection  # noqa: E402
 import host  # noqa: E402
 from stats import percentile as pct  # noqa: E402  (the one percentile: nearest rank)
 
@@ -66,9 +69,15 @@ def meta(a: argparse.Namespace) -> dict:
 
 
 def run_facts(meta: dict, loadavg_end: str) -> dict:
-    """What every phase's result starts with: when, where, how busy."""
-    return {"date": meta["date"], "cpus": meta["cpus"], "loadavg_at_start": meta["loadavg_at_start"],
+    """What every phase's result starts with: when, what, where, how busy."""
+    return {"date": meta["date"], "commit": meta.get("git"), "cpus": meta["cpus"],
+            "loadavg_at_start": meta["loadavg_at_start"],
             "cpu_pressure_at_start": meta["cpu_pressure_at_start"], "loadavg_at_end": loadavg_end.split()}
+
+
+def measured(r: dict) -> str:
+    """The commit a phase's result was measured at, for its heading."""
+    return f"commit {r.get('commit') or 'not recorded'}"
 
 
 # --- switchover ---------------------------------------------------------------
@@ -429,7 +438,7 @@ def impact_markdown(r: dict) -> list[str]:
         return (f"| {name} | {g['requests']} | {g['ok']} | {g['failed']} | {f(lat['p50'])} | {f(lat['p90'])} | "
                 f"{f(lat['p99'])} | {f(lat['max'])} |")
     ratio = f"{r['p99_ratio']:.2f}" if r["p99_ratio"] is not None else "-"
-    return [f"## Switchovers as clients see them, {r['load_fraction']:.0%} load ({r['date']}, CPUs {r['cpus']}, "
+    return [f"## Switchovers as clients see them, {r['load_fraction']:.0%} load ({r['date']}, {measured(r)}, CPUs {r['cpus']}, "
             f"load average {' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n",
             f"if 1 capacity {r['capacity_ok_per_s']:.1f} OK/s (closed loop); open loop at {r['offered_rps']:.1f} "
             f"req/s; {r['switchovers']} switchovers; near = in flight within {r['margin_ms']:g} ms of one\n",
@@ -511,7 +520,7 @@ def e2e_result(cur: str) -> dict:
 def e2e_markdown(r: dict) -> list[str]:
     a = r["engine_alone"]
     ratio = f"{r['ratio']:.3f}" if r["ratio"] is not None else "-"
-    return [f"## End to end against the engine alone ({r['date']}, CPUs {r['cpus']}, load average "
+    return [f"## End to end against the engine alone ({r['date']}, {measured(r)}, CPUs {r['cpus']}, load average "
             f"{' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n",
             f"if 1 {r['model']} ({r['engine']}) at {r['share_pct']}%, closed loop with {r['concurrency']} outstanding "
             f"for {r['seconds']:.1f} s: {r['ok']} OK of {r['sent']}\n",
@@ -528,7 +537,7 @@ def switchover_markdown(r: dict) -> list[str]:
     g = r["ifs"]["1"]["gap_us"]
     k = r["kp_if"]
     c = r["cmd_to_active_ms"]
-    return [f"## Switchover gaps ({r['date']}, CPUs {r['cpus']}, load average {' '.join(r['loadavg_at_start'])} -> "
+    return [f"## Switchover gaps ({r['date']}, {measured(r)}, CPUs {r['cpus']}, load average {' '.join(r['loadavg_at_start'])} -> "
             f"{' '.join(r['loadavg_at_end'])})\n",
             "| switchovers | gap p50 | p90 | p99 | max | min | errors (if 1 + if 5) |",
             "|---|---|---|---|---|---|---|",
@@ -546,7 +555,7 @@ def switchover_markdown(r: dict) -> list[str]:
 
 def convergence_markdown(r: dict) -> list[str]:
     sc = r["scenario"]
-    L = [f"## Self-tuning convergence, {r['phase'].split()[-1]} ({r['date']}, CPUs {r['cpus']}, load average "
+    L = [f"## Self-tuning convergence, {r['phase'].split()[-1]} ({r['date']}, {measured(r)}, CPUs {r['cpus']}, load average "
          f"{' '.join(r['loadavg_at_start'])} -> {' '.join(r['loadavg_at_end'])})\n",
          f"if 1 {sc['if1'].get('model', 'squeezenet')} from {sc['if1']['share']}% (SLO {sc['if1']['slo_ms']} ms, "
          f"{sc['if1']['rate']} req/s), "
@@ -567,8 +576,9 @@ def convergence_markdown(r: dict) -> list[str]:
     return L + [f"- cores: {r['kp_if_cores']}"]
 
 
-def summary(out: str) -> str:
-    """The markdown of every phase under OUT that has a result.json."""
+def summary(out: str, level: int = 2) -> str:
+    """The markdown of every phase under OUT that has a result.json, each
+    under a heading of LEVEL."""
     L = []
     s = f"{out}/switchover/result.json"
     if os.path.exists(s):
@@ -580,7 +590,18 @@ def summary(out: str) -> str:
     s = f"{out}/e2e/result.json"
     if os.path.exists(s):
         L += e2e_markdown(read_json(s))
+    L = ["#" * level + l[2:] if l.startswith("## ") else l for l in L]
     return "".join(l + "\n" for l in L)
+
+
+DOC_SECTION = "bench-orchestrator"
+DOC_BY = "scripts/bench-orchestrator.sh"
+
+
+def update_docs(out: str, doc: Path) -> bool:
+    """DOC's bench-orchestrator section replaced by OUT's summary (each
+    phase under a level-4 heading); False where DOC has no such section."""
+    return docsection.update(doc, DOC_SECTION, DOC_BY, summary(out, level=4))
 
 
 # --- files ---------------------------------------------------------------------------
@@ -632,6 +653,9 @@ def parser() -> argparse.ArgumentParser:
     i.add_argument("dir")
     i.add_argument("--margin-ms", type=float, default=10.0)
     sub.add_parser("summary", help="the markdown summary of OUT").add_argument("out")
+    d = sub.add_parser("docs", help=f"DOC's {DOC_SECTION} section replaced by OUT's summary")
+    d.add_argument("out")
+    d.add_argument("doc", type=Path)
     return ap
 
 
@@ -649,6 +673,12 @@ def main() -> int:
         print(json.dumps(impact_result(a.dir, a.margin_ms), indent=1))
     elif a.command == "summary":
         sys.stdout.write(summary(a.out))
+    elif a.command == "docs":
+        if not update_docs(a.out, a.doc):
+            print(f"{a.doc}: no {DOC_SECTION} markers: section not updated (paste {a.out}/summary.md)",
+                  file=sys.stderr)
+            return 1
+        print(f"updated the {DOC_SECTION} section of {a.doc}")
     return 0
 
 
