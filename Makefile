@@ -97,12 +97,14 @@ demo-offline: build
 # gaps and self-tuning, kp-gateway's own cost (~2 min), and kneepoint side by side with Triton Inference
 # Server and Ray Serve (bench/bench.py installs them into .venv-peers/ the
 # first time; BENCH_MODELS, BENCH_SYSTEMS and the rest: see its --help).
+# Each script writes its report into its generated section of
+# docs/PERFORMANCE.md (BENCH_UPDATE_DOCS=1; run alone, they leave the docs).
 # `make bench-peers` runs only the side by side.
 bench: build models
-	scripts/bench-if-manager.sh
-	scripts/bench-idle.sh
-	scripts/bench-if.sh
-	scripts/bench-orchestrator.sh
+	BENCH_UPDATE_DOCS=1 scripts/bench-if-manager.sh
+	BENCH_UPDATE_DOCS=1 scripts/bench-idle.sh
+	BENCH_UPDATE_DOCS=1 scripts/bench-if.sh
+	BENCH_UPDATE_DOCS=1 scripts/bench-orchestrator.sh
 	bench/bench_gateway.sh
 	$(CARGO) bench --locked -p if-manager --bench classify
 	$(MAKE) bench-peers

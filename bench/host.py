@@ -6,7 +6,10 @@ file, so that tests need no /proc.
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
+import time
 
 
 def number(s: str):
@@ -43,3 +46,24 @@ def git_head(repo: str) -> str:
 def read(path: str) -> str:
     with open(path) as f:
         return f.read()
+
+
+def run_line(when: str, commit: str, cpu: str, cpus: int) -> str:
+    """What a generated report's heading says about its run: when, the
+    commit measured, the machine."""
+    return f"{when}, commit {commit or 'not recorded'}, {cpu or 'CPU unknown'}, {cpus} CPUs"
+
+
+def main(argv: list[str]) -> int:
+    """host.py run-line REPO: this run's line (now, REPO's commit, this
+    machine), for a shell harness's report."""
+    if len(argv) != 2 or argv[0] != "run-line":
+        print("usage: host.py run-line REPO", file=sys.stderr)
+        return 2
+    print(run_line(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), git_head(argv[1]),
+                   cpu_model(read("/proc/cpuinfo")), os.cpu_count() or 0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

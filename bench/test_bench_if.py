@@ -89,6 +89,9 @@ class ProcParsers(unittest.TestCase):
                          "Xeon @ 2.20GHz")
         self.assertEqual(host.cpu_model("processor\t: 0\n"), "")
         self.assertEqual(host.load_average("1.50 1.02 0.87 3/412 9000\n"), ["1.50", "1.02", "0.87"])
+        self.assertEqual(host.run_line("2026-11-29 12:00 UTC", "ea508f7", "AMD EPYC", 2),
+                         "2026-11-29 12:00 UTC, commit ea508f7, AMD EPYC, 2 CPUs")
+        self.assertEqual(host.run_line("t", "", "", 1), "t, commit not recorded, CPU unknown, 1 CPUs")
 
 
 class Captures(unittest.TestCase):

@@ -5,9 +5,12 @@
 # with --busy-poll; its main thread's (the polling lcore's) user + system
 # ticks from /proc over SECONDS (10), after WARMUP (2) s, as % of one core.
 # Prints one JSON line per mode and a markdown table; writes
-# build/bench/idle.json.
+# build/bench/idle.json and idle.md (docs/PERFORMANCE.md's generated
+# section).
 #
-# Env: SECONDS_IDLE (10), WARMUP (2). Needs root (hugepages) and `make build`.
+# Env: SECONDS_IDLE (10), WARMUP (2), BENCH_UPDATE_DOCS (0; 1, as `make
+# bench` sets it, writes idle.md into the docs). Needs root (hugepages) and
+# `make build`.
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$repo/target/${PROFILE:-release}"
@@ -48,7 +51,18 @@ measure() {
   measure busy-poll
 } | tee "$out/idle.jsonl"
 jq -s '.' "$out/idle.jsonl" >"$out/idle.json"
+py="$repo/.venv/bin/python"
+[[ -x $py ]] || py=python3
+{
+  echo "#### If-manager CPU when idle ($("$py" "$repo/bench/host.py" run-line "$repo"))"
+  echo
+  echo "| if-manager, no traffic | % of one core (main thread, ${secs} s after ${warmup} s) |"
+  echo "|---|---|"
+  jq -r '.[] | "| \(.mode) | \(.core_pct) |"' "$out/idle.json"
+} >"$out/idle.md"
 echo
-echo "| if-manager, no traffic | % of one core (main thread, ${secs} s) |"
-echo "|---|---|"
-jq -r '.[] | "| \(.mode) | \(.core_pct) |"' "$out/idle.json"
+cat "$out/idle.md"
+# docs/PERFORMANCE.md's generated section, with BENCH_UPDATE_DOCS=1 (make bench).
+if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
+  "$py" "$repo/bench/docsection.py" bench-idle scripts/bench-idle.sh "$out/idle.md" "$repo/docs/PERFORMANCE.md" || true
+fi

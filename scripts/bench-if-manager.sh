@@ -16,7 +16,9 @@
 # of the per-second rates. Also reported: ns per packet = 1e9 / rate.
 #
 # Env: BENCH_SECONDS (default 12), WARMUP (default 3), MAX_FRAME (the
-# if-manager's --max-frame, default its own: 10240, jumbo frames in one mbuf).
+# if-manager's --max-frame, default its own: 10240, jumbo frames in one mbuf),
+# BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: the report,
+# build/bench/rx.md, goes into docs/PERFORMANCE.md's generated section).
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bin="$repo/target/${PROFILE:-release}"
@@ -44,16 +46,20 @@ for _ in $(seq 100); do grep -q "if-manager: ready" "$out/stats.log" 2>/dev/null
   --log-level lib.eal:error
 kill -TERM "$ifm"; wait "$ifm"
 
-"$repo/.venv/bin/python" - "$out/stats.log" "$out/final.json" "$out/probe.json" "$warmup" <<'PY'
+py="$repo/.venv/bin/python"
+[[ -x $py ]] || py=python3
+"$py" - "$out/stats.log" "$out/final.json" "$out/probe.json" "$warmup" "$out/rx.md" \
+  "$("$py" "$repo/bench/host.py" run-line "$repo")" <<'PY'
 import json, statistics, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 final, probe, warmup = json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), float(sys.argv[4])
+md, run_line = sys.argv[5], sys.argv[6]
 steady = [l for l in lines if l["t"] > warmup]
 rates = [(b["rx_packets"] - a["rx_packets"]) / (b["t"] - a["t"]) for a, b in zip(steady, steady[1:])]
 dl = [(b["outcomes"]["delivered"] - a["outcomes"]["delivered"]) / (b["t"] - a["t"]) for a, b in zip(steady, steady[1:])]
 med = statistics.median(rates)
 shed = sum(b["outcomes"]["shed"] + b["outcomes"]["shed_suppressed"] - a["outcomes"]["shed"] - a["outcomes"]["shed_suppressed"] for a, b in zip(steady, steady[1:]))
-print(json.dumps({
+r = {
     "rx_pps_median": round(med), "rx_pps_min": round(min(rates)), "rx_pps_max": round(max(rates)),
     "max_frame": final.get("mempool", {}).get("max_frame"),
     "delivered_pps_median": round(statistics.median(dl)), "shed_in_window": shed,
@@ -62,5 +68,22 @@ print(json.dumps({
     # 10 GbE line rate for these frames: 1098 B + 4 FCS + 20 preamble/IFG;
     # the issue's bar rounds it up to 1.2 Mpps, which is what we compare with.
     "line_rate_10g_pps": round(10e9 / ((1098 + 24) * 8)), "ratio_to_1_2_mpps": round(med / 1.2e6, 2),
-}, indent=1))
+}
+print(json.dumps(r, indent=1))
+with open(md, "w") as f:
+    f.write(f"#### If-manager RX + parse + route on one core ({run_line})\n\n"
+            f"| metric | value |\n|---|---|\n"
+            f"| RX + parse + route, median of {r['samples']} one-second rates after {warmup:g} s | "
+            f"**{r['rx_pps_median'] / 1e6:.2f} Mpps** (min {r['rx_pps_min'] / 1e6:.2f}, max {r['rx_pps_max'] / 1e6:.2f}) |\n"
+            f"| delivered to the IF ring, median | {r['delivered_pps_median'] / 1e6:.2f} Mpps "
+            f"({r['ring_full_total']} ring-full drops in all, {r['shed_in_window']} shed in the window) |\n"
+            f"| cost per packet, all in (PMD copy, mbuf alloc, parse, enqueue) | {r['ns_per_packet']:g} ns |\n"
+            f"| largest frame an mbuf holds (`--max-frame`) | {r['max_frame']} B |\n"
+            f"| ratio to the 1.2 Mpps bar | **{r['ratio_to_1_2_mpps']:g}×** |\n")
 PY
+cat "$out/rx.md"
+# docs/PERFORMANCE.md's generated section, with BENCH_UPDATE_DOCS=1 (make bench).
+if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
+  "$py" "$repo/bench/docsection.py" bench-if-manager scripts/bench-if-manager.sh "$out/rx.md" \
+    "$repo/docs/PERFORMANCE.md" || true
+fi

@@ -55,7 +55,8 @@
 # --timer-slack-us 1, exact back-off sleeps),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
 # then spin on the cores the client and the engine need), PROFILE
-# (release).
+# (release), BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md
+# becomes docs/PERFORMANCE.md's generated section of this benchmark).
 # Needs root, iproute2, tcpdump (without it: no per-request batch sizes or
 # overheads), 2 MiB hugepages and `make build models`.
 set -euo pipefail
@@ -300,3 +301,10 @@ machine engine-after-end
 
 # Analysis: everything the phases wrote -> summary.json, CSVs, summary.md.
 "$py" "$harness" analyse "$out"
+# docs/PERFORMANCE.md's generated section, with BENCH_UPDATE_DOCS=1 (make
+# bench), its heading one level down.
+if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
+  sed 's/^### /#### /' "$out/summary.md" >"$out/summary-docs.md"
+  "$py" "$repo/bench/docsection.py" bench-if scripts/bench-if.sh "$out/summary-docs.md" \
+    "$repo/docs/PERFORMANCE.md" || true
+fi

@@ -72,9 +72,9 @@
 # too-small"), CONV_DURATION (150 s), TUNING_PERIOD_MS (1000), HOLD_DOWN
 # (10 s, the config's default), MIN_STEP (5), STABLE_K (4); IMPACT_LOADS
 # ("0.5 0.9"), IMPACT_SWITCHOVERS (100), IMPACT_MARGIN_MS (10), IMPACT_SETTLE (5 s),
-# CAP_CONCURRENCY (8), CAP_S (10 s); BENCH_UPDATE_DOCS (1: a run of the
-# default phases rewrites docs/PERFORMANCE.md's generated section of the
-# orchestrator; 0 leaves it); for the custom
+# CAP_CONCURRENCY (8), CAP_S (10 s); BENCH_UPDATE_DOCS (0; 1, as `make
+# bench` sets it: a run of the default phases rewrites docs/PERFORMANCE.md's
+# generated section of the orchestrator); for the custom
 # scenario SHARE1 SLO1 RATE1 SHARE5 SLO5 RATE5; MODEL1 and MODEL5 (the
 # models of if 1 and if 5: squeezenet and shufflenet; any two of the model
 # repository with 224×224×3 RGB input, which kp-client sends);
@@ -585,10 +585,10 @@ done
 # A markdown summary of whatever phases have results.
 "$py" "$harness" summary "$out" | tee "$out/summary.md"
 # A run of every default phase is docs/PERFORMANCE.md's generated section
-# of the orchestrator (BENCH_UPDATE_DOCS=0 leaves it alone); a run of some
+# of the orchestrator, with BENCH_UPDATE_DOCS=1 (make bench); a run of some
 # phases only is not: the summary may hold older runs' other phases.
-if [[ ${BENCH_UPDATE_DOCS:-1} == 1 && $phases == "switchover convergence impact" && -z ${OUT:-} ]]; then
+if [[ ${BENCH_UPDATE_DOCS:-0} == 1 && $phases == "switchover convergence impact" && -z ${OUT:-} ]]; then
   "$py" "$harness" docs "$out" "$repo/docs/PERFORMANCE.md" || true
 else
-  say "docs/PERFORMANCE.md left alone (PHASES=\"$phases\", BENCH_UPDATE_DOCS=${BENCH_UPDATE_DOCS:-1}${OUT:+, OUT set})"
+  say "docs/PERFORMANCE.md left alone (PHASES=\"$phases\", BENCH_UPDATE_DOCS=${BENCH_UPDATE_DOCS:-0}${OUT:+, OUT set})"
 fi
