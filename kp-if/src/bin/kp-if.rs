@@ -117,8 +117,11 @@ struct Args {
     /// How much a shadow lowers its CPU priority (nice) while it starts,
     /// once its `--standby-idle-ms` are over (or throughout, with
     /// `--standby-idle-ms 0`); 0 and `--standby-idle-ms 0` keep the
-    /// active's priority.
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(i32).range(0..=19))]
+    /// active's priority. At +19 (CFS weight 15 against nice 0's 1,024) a
+    /// shadow still starting takes ~1.5% of a core the active keeps busy;
+    /// at +10 (weight 110) it took ~10%, all of the margin at 90% load,
+    /// and those re-provisions were the ones clients felt.
+    #[arg(long, default_value_t = 19, value_parser = clap::value_parser!(i32).range(0..=19))]
     standby_nice: i32,
     /// Serve this IF's own control socket here (ZeroMQ REP, JSON):
     /// `status`, `activate`, `yield`, `stop` — how the orchestrator runs a
