@@ -32,13 +32,19 @@ def load_average(loadavg: str) -> list[str]:
     return loadavg.split()[:3]
 
 
+# What benchmarks write into the tree (make bench's generated sections and
+# plots): a change there is not a change to what is measured.
+GENERATED = ("docs/PERFORMANCE.md", "docs/bench")
+
+
 def git_head(repo: str) -> str:
     """The short hash of REPO's HEAD, with "+dirty" when a tracked file
-    differs from it (what was measured is then not that commit); "" outside
-    a git checkout."""
+    other than the benchmarks' own output (GENERATED) differs from it (what
+    was measured is then not that commit); "" outside a git checkout."""
     head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no"],
+    dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                            *(f":(exclude){p}" for p in GENERATED)],
                            capture_output=True, text=True).stdout.strip()
     return head + ("+dirty" if head and dirty else "")
 

@@ -93,6 +93,26 @@ class ProcParsers(unittest.TestCase):
                          "2026-11-29 12:00 UTC, commit ea508f7, AMD EPYC, 2 CPUs")
         self.assertEqual(host.run_line("t", "", "", 1), "t, commit not recorded, CPU unknown, 1 CPUs")
 
+    def test_the_benchmarks_own_output_does_not_make_a_commit_dirty(self):
+        import subprocess
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            git = lambda *a: subprocess.run(["git", "-C", d, *a], check=True, capture_output=True)  # noqa: E731
+            git("init", "-q")
+            Path(d, "docs", "bench").mkdir(parents=True)
+            for f in ("docs/PERFORMANCE.md", "docs/bench/plot.svg", "src.rs"):
+                Path(d, f).write_text("v1\n")
+            git("add", ".")
+            git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "c")
+            head = host.git_head(d)
+            self.assertRegex(head, r"^[0-9a-f]{7,}$")
+            Path(d, "docs", "PERFORMANCE.md").write_text("generated\n")
+            Path(d, "docs", "bench", "plot.svg").write_text("generated\n")
+            self.assertEqual(host.git_head(d), head)
+            Path(d, "src.rs").write_text("v2\n")
+            self.assertEqual(host.git_head(d), head + "+dirty")
+
 
 class Captures(unittest.TestCase):
     T = 1_763_900_000 * 10**9
