@@ -532,51 +532,25 @@ impl StartPriority {
         };
         // Idle before the watchdog starts: one that found anything else
         // would leave at once.
-        let phase = Arc::new((
-            Mutex::new(if idle_for.is_zero() {
-                StartPhase::Niced
-            } else {
-                StartPhase::Idle
-            }),
-            Condvar::new(),
-        ));
-        if !idle_for.is_zero() {
-            let watched = phase.clone();
-            let watchdog = std::thread::Builder::new()
-                .name("kp-if-start-prio".into())
-                .spawn(move || Self::watch(&watched, idle_for, base + by));
-            let idle = watchdog.map_err(anyhow::Error::from).and_then(|_| {
-                kp_os::priority::set_idle_current_thread().map_err(anyhow::Error::from)
-            });
-            match idle {
-                Ok(()) => {
-                    return StartPriority {
-                        lowered: Some(Lowered {
-                            base,
-                            by,
-                            idle_for,
-                            phase,
-                        }),
-                    }
-                }
-                Err(e) => {
-                    // The watchdog, if it started, is woken, finds Niced
-                    // and leaves.
-                    *phase.0.lock().unwrap_or_else(PoisonError::into_inner) = StartPhase::Niced;
-                    phase.1.notify_all();
-                    eprintln!("kp-if: warning: cannot start under SCHED_IDLE ({e}); at nice +{by}");
-                }
+        let phase = Arc::new((Mutex::new(StartPhase::Idle), Condvar::new()));
+        let idle = !idle_for.is_zero() && Self::go_idle(&phase, idle_for, base + by);
+        let lowered = if idle {
+            Ok(())
+        } else {
+            *phase.0.lock().unwrap_or_else(PoisonError::into_inner) = StartPhase::Niced;
+            // A watchdog that did start is woken, finds Niced and leaves.
+            phase.1.notify_all();
+            if by == 0 {
+                return StartPriority::kept();
             }
-        }
-        if by == 0 {
-            return StartPriority::kept();
-        }
-        match kp_os::priority::set_nice_current_thread(base + by) {
+            kp_os::priority::set_nice_current_thread(base + by)
+        };
+        match lowered {
             Ok(()) => StartPriority {
                 lowered: Some(Lowered {
                     base,
                     by,
-                    idle_for: Duration::ZERO,
+                    idle_for: if idle { idle_for } else { Duration::ZERO },
                     phase,
                 }),
             },
@@ -587,6 +561,21 @@ impl StartPriority {
                 StartPriority::kept()
             }
         }
+    }
+
+    /// Starts the watchdog (at this thread's full priority), then puts this
+    /// thread under `SCHED_IDLE`; false, with a warning, where either fails.
+    fn go_idle(phase: &Arc<(Mutex<StartPhase>, Condvar)>, idle_for: Duration, nice: i32) -> bool {
+        let watched = phase.clone();
+        let started = std::thread::Builder::new()
+            .name("kp-if-start-prio".into())
+            .spawn(move || Self::watch(&watched, idle_for, nice))
+            .map_err(anyhow::Error::from)
+            .and_then(|_| kp_os::priority::set_idle_current_thread().map_err(anyhow::Error::from));
+        if let Err(e) = &started {
+            eprintln!("kp-if: warning: cannot start under SCHED_IDLE: {e}");
+        }
+        started.is_ok()
     }
 
     /// The watchdog: after `idle_for` still under `SCHED_IDLE`, every
