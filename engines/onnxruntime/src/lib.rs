@@ -317,8 +317,8 @@ pub struct OnnxRuntime {
     fixed_batch: Option<usize>,
     /// 0 until `configure_batch`.
     max_batch: usize,
-    /// The warm-up batch `configure_batch` ran on this session (0: none yet).
-    warmed: usize,
+    /// Whether `configure_batch` has run its warm-up batch on this session.
+    warmed: bool,
     /// [`Device::Cuda`]: the IF's input pool, gathered on the GPU.
     device_input: Option<DeviceInput>,
     /// [`Device::Cuda`]: the GPU, opened at the first model load; its
@@ -360,7 +360,7 @@ impl OnnxRuntime {
             input_dims: Vec::new(),
             fixed_batch: None,
             max_batch: 0,
-            warmed: 0,
+            warmed: false,
             device_input: None,
             gpu: None,
         }
@@ -608,12 +608,12 @@ impl Framework for OnnxRuntime {
         }
         let (input_elems, output_elems) = (info.input_elems(), info.output_elems());
         self.max_batch = max_batch;
-        if self.warmed == 0 {
+        if !self.warmed {
             let warm = self.fixed_batch.unwrap_or(1);
             let input = vec![0.0f32; warm * input_elems];
             let mut output = vec![0.0f32; warm * output_elems];
             self.infer_batch(&input, warm, &mut output)?;
-            self.warmed = warm;
+            self.warmed = true;
         }
         Ok(())
     }
