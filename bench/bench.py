@@ -94,6 +94,10 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_SWEEP (0.5,0.8,0.9,1.0,1.1: fractions of the engine limit)
   BENCH_RESOLUTION (0.02: bisect until the bracket is within 2% of its
     lower end) BENCH_REFINE (8: at most this many bisection steps)
+  BENCH_SEARCH_BUDGET_S (1800: the full levels of one system's capacity
+    search start within this many seconds of its first; when it runs out
+    the bracket reached is reported, flagged as not resolved to the
+    resolution; 0: no budget)
   BENCH_SCOUT_REQUESTS (300: a scout's window lasts long enough for this
     many requests, 3 s to BENCH_SCOUT_MAX_S (30); 0: no scouts, the sweep
     and bisection run on full levels) BENCH_SCOUT_RESOLUTION (0.04)
@@ -235,6 +239,10 @@ class Settings:
         # of its lower end (at most BENCH_REFINE steps).
         self.resolution = env("BENCH_RESOLUTION", 0.02, float)
         self.refine = env("BENCH_REFINE", S(8, 0), int)
+        # Seconds of full levels a system's capacity search may start
+        # levels in (capacity_search.budgeted; 0: no budget). Where it runs
+        # out the bracket reached is reported as not resolved.
+        self.search_budget_s = env("BENCH_SEARCH_BUDGET_S", S(1800.0, 0.0), float)
         # Scouts (capacity_search): one short window per level, to a
         # coarse bracket, before the full levels that decide (0: none).
         self.scout_requests = env("BENCH_SCOUT_REQUESTS", S(300, 0), int)
@@ -738,6 +746,7 @@ class Runner:
         self.level = 0
         self.window_no = 0
         self.levels: list[dict] = []  # full levels only: scouts decide nothing
+        self.search_cut: str | None = None  # why the capacity search ended early
 
     def window(self, rate: float, seconds: float, phase: str, label: str, w: int) -> dict:
         self.window_no += 1
@@ -817,18 +826,25 @@ class Runner:
         sweep = [f * E for f in s.sweep]
         label = lambda rate: f"{rate / E:.3g}"  # noqa: E731: the fraction of the engine limit
 
-        def full(rate: float, phase: str) -> bool:
+        def level(rate: float, phase: str) -> bool:
             return self.run_level(rate, phase, label(rate))["meets_slo"]
 
-        if s.scout_requests > 0:
-            def scout(rate: float, phase: str) -> bool:
-                return self.run_level(rate, "scout", f"{phase} {label(rate)}")["meets_slo"]
+        full = capacity_search.budgeted(level, s.search_budget_s, time.monotonic)
+        try:
+            if s.scout_requests > 0:
+                def scout(rate: float, phase: str) -> bool:
+                    return self.run_level(rate, "scout", f"{phase} {label(rate)}")["meets_slo"]
 
-            bracket = capacity_search.search(scout, sweep, s.scout_resolution, SCOUT_REFINE)
-            capacity_search.confirm(full, bracket, s.resolution, s.refine, max(sweep),
-                                    floor=capacity_search.lowest(sweep))
-        else:
-            capacity_search.search(full, sweep, s.resolution, s.refine)
+                bracket = capacity_search.search(scout, sweep, s.scout_resolution, SCOUT_REFINE)
+                capacity_search.confirm(full, bracket, s.resolution, s.refine, max(sweep),
+                                        floor=capacity_search.lowest(sweep))
+            else:
+                capacity_search.search(full, sweep, s.resolution, s.refine)
+        except capacity_search.OutOfTime as e:
+            # The levels run so far stand; build_report draws the bracket
+            # from them and says it is not resolved.
+            self.search_cut = str(e)
+            say(f"  {self.sys.name}: capacity search stopped: {e}")
         cap = report.capacity(self.levels)
         if cap is not None:
             for p in s.points:
@@ -837,7 +853,7 @@ class Runner:
             # Saturated: what the system completes when offered more than
             # the engine can do, whatever the latency (its peak goodput).
             self.run_level(s.peak * E, "peak", f"{s.peak:g}")
-        return {"capacity": cap}
+        return {"capacity": cap, "search_cut": self.search_cut}
 
 
 def append_csv(path: Path, fields: list[str], row: dict):
@@ -903,6 +919,8 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
             cpu_level = cap
             systems.append({"system": sysname, "capacity": cap, "peak": peak, "points": points, "levels": levels,
                             "bracket": [max(met) if met else None, min(above) if above else None],
+                            "search_cut": meta.get("search_cut", {}).get(f"{name}/{sysname}"),
+                            "resolution": s.resolution,
                             "cpu_level": cpu_level or cap, "error": None if levels else err})
             row = {"model": name, "system": sysname, "slo_ms": m["slo_ms"], "engine_limit_img_s": best,
                    "capacity_ok_per_s": cap["ok_per_s"] if cap else "", "capacity_offered_rps":
@@ -1007,7 +1025,10 @@ def header_markdown(meta: dict, s: Settings) -> str:
          "the SLO.",
          "- **Capacity**: the highest OK rate of a level that meets the SLO, found by bisection until the "
          f"lowest offered rate that missed is within {100 * s.resolution:g}% of the highest that met (the "
-         "bracket under each table)."
+         "bracket under each table)"
+         + (f", or until a system's full levels have run for {s.search_budget_s / 60:g} min (the level "
+            "running then ends; a bracket left wider is flagged)."
+            if getattr(s, "search_budget_s", 0) > 0 else ".")  # runs before the budget have none
          + (f" Scouts of one window (≥ {s.scout_requests} requests, {SCOUT_MIN_S:g}–{s.scout_max_s:g} s) "
             f"first bracket it within {100 * s.scout_resolution:g}%; they only say where the levels start "
             "(capacity_search.py) and are not in the results." if s.scout_requests > 0 else "")
@@ -1139,7 +1160,9 @@ def main() -> int:
                 meta["peers"].setdefault(sysname, {}).setdefault("versions", {}).update(
                     {k: v for k, v in sysm.version.items()})
                 say(f"{name}: {sysname}: up in {time.monotonic() - t0:.1f} s")
-                Runner(s, sysm, m, limit, out).run()
+                result = Runner(s, sysm, m, limit, out).run()
+                if result["search_cut"]:
+                    meta.setdefault("search_cut", {})[key] = result["search_cut"]
             except Exception as e:  # noqa: BLE001 — recorded, the rest goes on
                 meta["errors"][key] = f"{type(e).__name__}: {e}"
                 say(f"{name}: {sysname}: FAILED: {e}")

@@ -164,6 +164,28 @@ def _lowest(system: dict) -> str:
     return f", down to {hi:.2f} req/s offered" if hi else ""
 
 
+def unresolved(system: dict) -> float | None:
+    """How wide (a fraction of its lower end) the bracket of a system whose
+    capacity search its time budget cut is, where that is wider than the
+    search's resolution; None where the search was not cut or resolved its
+    bracket anyway. Infinite where one end is missing."""
+    if not system.get("search_cut"):
+        return None
+    lo, hi = system.get("bracket") or (None, None)
+    if not lo or not hi:
+        return math.inf
+    width = hi / lo - 1
+    return width if width > system.get("resolution", 0.02) * (1 + 1e-9) else None
+
+
+def _cut(system: dict) -> str:
+    w = unresolved(system)
+    if w is None:
+        return ""
+    return (" (**not resolved**: the search's time budget ran out with the bracket "
+            + (f"{100 * w:.1f}% wide)" if math.isfinite(w) else "open at one end)"))
+
+
 def model_markdown(m: dict) -> str:
     """The section of one model: engine limit, the systems side by side."""
     eng = m["engine"]
@@ -206,7 +228,7 @@ def model_markdown(m: dict) -> str:
                  + f" | {cpu} | {pkcell} |")
     L.append("")
     brackets = [f"{NAMES.get(s['system'], s['system'])} {_f(s['bracket'][0], 2)} / {_f(s['bracket'][1], 2)}"
-                for s in m["systems"] if s.get("bracket")]
+                + _cut(s) for s in m["systems"] if s.get("bracket")]
     if brackets:
         L += ["Capacity bracket (offered req/s: the highest level that met the SLO / the lowest above it that "
               "missed; the capacity is the highest OK rate among the levels that met it): "
@@ -377,6 +399,18 @@ def _capacity_or_bound(system: dict | None) -> tuple[float | None, bool]:
     return (hi, True) if hi else (None, False)
 
 
+def _upper(system: dict | None) -> float | None:
+    """What a run's capacity of a system is at most, as far as its search
+    resolved it: the capacity (or the bound where no level met the SLO);
+    where a time budget cut the search, the lowest rate above the capacity
+    that missed, or nothing (None) when no level above it missed."""
+    v, _ = _capacity_or_bound(system)
+    w = unresolved(system) if system else None
+    if w is None:
+        return v
+    return None if math.isinf(w) and system.get("capacity") else (system["bracket"][1] or v)
+
+
 def repeats(runs: list[dict]) -> list[dict]:
     """Per model, over runs (each a bench run's summary.json: {"meta",
     "models"}): each system's capacity and peak (OK req/s), the engine
@@ -384,7 +418,11 @@ def repeats(runs: list[dict]) -> list[dict]:
     capacities; a comparison is a *win* (or a *loss*) only when the two
     systems' capacity spreads do not overlap. A peer that met the SLO at no
     level counts with the lowest rate it missed at as an upper bound of its
-    capacity, and the ratios with it are lower bounds ("at_least")."""
+    capacity, and the ratios with it are lower bounds ("at_least"). Where a
+    time budget cut a system's search short of the resolution ("cut": how
+    many runs), its capacity in that run may be as high as the bracket's
+    upper end, and the verdicts take that end: a win needs the lower
+    system's upper ends below the other's capacities."""
     out = []
     names = list(dict.fromkeys(m["model"] for r in runs for m in r["models"]))
     for name in names:
@@ -411,6 +449,8 @@ def repeats(runs: list[dict]) -> list[dict]:
                "engine_limit": spread(engine),
                "capacity": {s: spread(caps(s)) for s in systems},
                "below": {s: spread(bounds(s)) for s in systems},
+               "cut": {s: [unresolved(find(m, s)) for m in per if find(m, s) and unresolved(find(m, s)) is not None]
+                       for s in systems},
                "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": []}
         for me in KNEEPOINTS:
             if me not in systems:
@@ -418,20 +458,27 @@ def repeats(runs: list[dict]) -> list[dict]:
             for peer in ("triton", "ray"):
                 if peer not in systems:
                     continue
-                ratios, at_least, peer_values = [], False, []
+                ratios, at_least, peer_values, peer_upper, my_upper = [], False, [], [], []
                 for m in per:
                     kp = (find(m, me) or {}).get("capacity")
                     v, bound = _capacity_or_bound(find(m, peer))
                     if v is not None:
                         peer_values.append(v)
+                    peer_upper.append(_upper(find(m, peer)))
+                    my_upper.append(_upper(find(m, me)))
                     if kp and v:
                         ratios.append(kp["ok_per_s"] / v)
                         at_least |= bound
                 a = row["capacity"][me]
                 b = spread(peer_values)
+                # Upper ends: a search cut by its budget may have stopped
+                # below the capacity (None: unbounded above).
+                b_up = None if None in peer_upper else spread(peer_upper)
+                a_up = None if None in my_upper else spread(my_upper)
                 verdict = ("few" if len(per) < REPEATS_NEEDED else
-                           "win" if a and b and a["min"] > b["max"] else
-                           "loss" if a and b and a["max"] < b["min"] and not row["below"][peer] else "overlap")
+                           "win" if a and b and b_up and a["min"] > b_up["max"] else
+                           "loss" if a and b and a_up and a_up["max"] < b["min"] and not row["below"][peer]
+                           else "overlap")
                 target = TARGETS.get(name) if me == "kneepoint" else None
                 r = spread(ratios)
                 row["comparisons"].append({
@@ -480,6 +527,12 @@ def repeats_markdown(runs: list[dict]) -> str:
             if row["below"][s]:
                 cap = (f"{cap}; " if row["capacity"][s] else "") + (
                     f"no level met the SLO in {row['below'][s]['n']} of the runs: below {_sp(row['below'][s])}")
+            cut = row["cut"][s]
+            if cut:
+                finite = [w for w in cut if math.isfinite(w)]
+                cap += (f"; not resolved in {len(cut)} of the runs (time budget; bracket "
+                        + (f"{100 * min(finite):.1f}–{100 * max(finite):.1f}% wide" if finite else "open")
+                        + (", open in some" if finite and len(finite) < len(cut) else "") + ")")
             L.append(f"| {NAMES.get(s, s)} | {cap} | {_sp(row['peak'][s])} |")
         L.append("")
     L += ["### What the runs say (generated)", ""]

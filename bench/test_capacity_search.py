@@ -144,5 +144,53 @@ class Confirm(unittest.TestCase):
         self.assertEqual(full.tried, [])
 
 
+class Budget(unittest.TestCase):
+    """A search under a time budget starts no level once it has run out."""
+
+    class Clock:
+        """Each level takes `per_level` seconds of this clock."""
+
+        def __init__(self, per_level: float):
+            self.t, self.per_level = 1000.0, per_level
+
+        def __call__(self) -> float:
+            return self.t
+
+    def timed(self, system: System, clock: "Budget.Clock") -> cs.Meets:
+        def meets(rate: float, phase: str) -> bool:
+            clock.t += clock.per_level
+            return system(rate, phase)
+        return meets
+
+    def test_no_level_starts_after_the_budget_and_the_levels_run_stay(self):
+        # Noisy between 60 and 70 so that a bisection would take many levels.
+        full, clock = System(65.0, wrong=(60.0, 70.0)), self.Clock(300.0)
+        meets = cs.budgeted(self.timed(full, clock), 1000.0, clock)
+        with self.assertRaises(cs.OutOfTime):
+            cs.confirm(meets, (50.0, 80.0), 0.02, 8, 217.0)
+        # Levels start at 0, 300, 600 and 900 s: four, the last overrunning.
+        self.assertEqual(len(full.tried), 4)
+        self.assertEqual(clock.t - 1000.0, 1200.0)
+
+    def test_a_search_that_ends_in_time_is_not_cut(self):
+        full, clock = System(55.0), self.Clock(300.0)
+        meets = cs.budgeted(self.timed(full, clock), 10_000.0, clock)
+        self.assertEqual(cs.confirm(meets, (54.0, 56.0), 0.02, 8, 217.0),
+                         cs.confirm(System(55.0), (54.0, 56.0), 0.02, 8, 217.0))
+
+    def test_the_budget_counts_from_the_first_level(self):
+        # Time spent before the search (scouts, start-up) is not charged.
+        full, clock = System(55.0), self.Clock(300.0)
+        meets = cs.budgeted(self.timed(full, clock), 500.0, clock)
+        clock.t += 10_000.0
+        with self.assertRaises(cs.OutOfTime):
+            cs.search(meets, SWEEP, 0.02, 8)
+        self.assertEqual(len(full.tried), 2)
+
+    def test_no_budget_is_the_search_itself(self):
+        full = System(55.0)
+        self.assertIs(cs.budgeted(full, 0.0, lambda: 0.0), full)
+
+
 if __name__ == "__main__":
     unittest.main()

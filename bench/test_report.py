@@ -212,6 +212,40 @@ class Repeats(unittest.TestCase):
         self.assertEqual(c["ratio"]["n"], 2)  # only the runs where both met the SLO
         self.assertIn("not a record", report.repeats_markdown(runs))
 
+    def test_a_search_cut_by_its_budget_counts_with_its_brackets_upper_end(self):
+        # Triton's search was cut with a bracket 150 (met) / 180 (missed):
+        # its capacity may be up to 180, above kneepoint's lowest 175, so
+        # no win, though 175 > Triton's measured 150.
+        runs = [self.one("a1", {"kneepoint": c, "triton": 150}) for c in (175, 185, 190)]
+        for r in runs:
+            tr = r["models"][0]["systems"][1]
+            tr.update(bracket=[150.0, 180.0], search_cut="budget ran out", resolution=0.02)
+        row = report.repeats(runs)[0]
+        c = {x["peer"]: x for x in row["comparisons"]}
+        self.assertEqual(c["triton"]["verdict"], "overlap")
+        self.assertEqual([round(w, 9) for w in row["cut"]["triton"]], [0.2, 0.2, 0.2])
+        md = report.repeats_markdown(runs)
+        self.assertIn("not resolved in 3 of the runs (time budget; bracket 20.0–20.0% wide)", md)
+        # The same runs with Triton's bracket resolved to 2%: a win.
+        for r in runs:
+            r["models"][0]["systems"][1]["bracket"] = [150.0, 152.0]
+        self.assertEqual({x["peer"]: x for x in report.repeats(runs)[0]["comparisons"]}["triton"]["verdict"], "win")
+
+    def test_a_cut_search_is_flagged_under_the_runs_table(self):
+        def sysm(name, bracket, cut):
+            return {"system": name, "capacity": {"ok_per_s": bracket[0], "offered_rps": bracket[0]},
+                    "peak": None, "points": {}, "levels": [], "bracket": bracket, "search_cut": cut,
+                    "resolution": 0.02, "cpu_level": None}
+        m = {"model": "resnet50", "slo_ms": 310.0, "engine": [{"batch": 1, "median_ms": 77.0, "images_per_s": 13.0}],
+             "points": [], "plot": None,
+             "systems": [sysm("kneepoint", [6.7, 6.8], "budget"), sysm("triton", [5.0, 6.0], "budget"),
+                         sysm("ray", [5.0, 6.0], None)]}
+        md = report.model_markdown(m)
+        self.assertIn("kneepoint 6.70 / 6.80;", md)  # cut, but resolved: not flagged
+        self.assertIn("Triton 5.00 / 6.00 (**not resolved**: the search's time budget ran out with the bracket "
+                      "20.0% wide)", md)
+        self.assertIn("Ray Serve 5.00 / 6.00.", md)  # not cut: its own search ended there
+
 
 class Documents(unittest.TestCase):
     def test_the_section_between_the_markers_is_replaced_and_the_rest_kept(self):
