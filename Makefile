@@ -105,15 +105,16 @@ bench: build models
 	BENCH_UPDATE_DOCS=1 scripts/bench-idle.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-if.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-orchestrator.sh
-	bench/bench_gateway.sh
-	$(CARGO) bench --locked -p if-manager --bench classify
+	BENCH_UPDATE_DOCS=1 bench/bench_gateway.sh --rounds 5 --duration 5 --rate 50
+	BENCH_UPDATE_DOCS=1 CARGO=$(CARGO) scripts/bench-classify.sh
 	$(MAKE) bench-peers
 
 # BENCH_REPEATS runs (3), from K = BENCH_REPEAT_FROM (1), each model of
 # BENCH_MODELS (squeezenet,resnet50) on its own into
-# target/bench/peers/rep-K/<model>/ (on the 2-CPU VM half an hour for
-# squeezenet and 2.25 h for resnet50, whose levels of 2,000 requests take
-# minutes each). Each run's summary.json (not its raw windows or logs) is
+# target/bench/peers/rep-K/<model>/ (on the 2-CPU VM about 45 minutes for
+# squeezenet; resnet50's levels of 2,000 requests take five minutes each,
+# and each system's capacity search is cut after BENCH_SEARCH_BUDGET_S, 30
+# min by default). Each run's summary.json (not its raw windows or logs) is
 # kept in the repository, in $(PEER_RUNS)/rep-K/<model>/, so that later
 # sessions, on other machines, can add runs; then their medians, spreads
 # and conclusions (bench.py --combine, from those alone) into

@@ -8,6 +8,8 @@ so a drift of the machine hits both alike. Targets: the gateway adds
         --addr 10.77.X.2:9000 --gateway 127.0.0.1:8000 --gateway-pid PID \\
         --bin target/release [--model squeezenet --if-id 1] [--rate 100] \\
         [--concurrency 4] [--duration 5] [--rounds 3] [--out FILE]
+    .venv/bin/python bench/bench_gateway.py --render --out FILE \
+        [--gateway-report GATEWAY_STDOUT] --markdown REPORT.md
 
 Per round:
   - what the gateway adds, request by request: kp-gateway names each
@@ -53,7 +55,13 @@ import os
 import resource
 import statistics
 import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import host  # noqa: E402
 
 
 def run_json(cmd: list[str]) -> dict[str, Any]:
@@ -127,11 +135,58 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+# The rows of the generated report: (summary key, what it is, unit scale,
+# decimals). Latencies in µs, shares as fractions.
+ROWS = [
+    ("gateway_added_p50_us", "**gateway added, p50** (per request: HTTP round trip − the platform round trip the "
+     "gateway timed; target < 500 µs)", "µs", 0),
+    ("gateway_added_p99_us", "gateway added, p99", "µs", 0),
+    ("added_p50_us", "HTTP − UDP p50 (cross-check: two separate runs, each with the platform's own spread)", "µs", 0),
+    ("udp_lag_p50_us", "send lag behind the schedule, p50: kp-client", "µs", 0),
+    ("http_lag_p50_us", "send lag behind the schedule, p50: kp-http-load", "µs", 0),
+    ("gateway_cpu_us_per_request", "CPU per request: the gateway", "µs", 0),
+    ("udp_client_cpu_us_per_request", "CPU per request: kp-client (what any UDP client pays)", "µs", 0),
+    ("gateway_own_cpu_us_per_request", "the gateway's CPU beyond kp-client's", "µs", 0),
+    ("gateway_switches_per_request", "context switches per request: the gateway", "", 1),
+    ("udp_capacity", "the platform's UDP capacity (closed loop), OK req/s", "", 1),
+    ("capacity_ratio", "**capacity kept** (share of requests answered OK, HTTP ÷ UDP, at the UDP capacity; "
+     "target ≥ 0.90)", "", 3),
+]
+
+
+def markdown(summary: dict[str, Any], run_line: str, command: str, gateway: dict[str, Any] | None = None) -> str:
+    """The generated report of a run (its summary, and the report kp-gateway
+    printed when it stopped, if given): each figure's median and spread over
+    the rounds, and whether the two targets are met."""
+    def cell(key: str, unit: str, nd: int) -> str:
+        x = summary[key]
+        u = f" {unit}" if unit else ""
+        return f"{x['median']:.{nd}f}{u} ({x['min']:.{nd}f}–{x['max']:.{nd}f})"
+
+    n = summary["rounds"]
+    L = [f"#### kp-gateway's own cost ({run_line})", "",
+         f"`{command}`: {n} round{'s' if n != 1 else ''} of {summary['duration_s']:g} s runs, open loop at "
+         f"{summary['rate']:g} req/s for latency, the UDP capacity ({summary['concurrency']} outstanding) offered "
+         f"to both paths for capacity; model {summary['model']}.", "",
+         f"| figure | median of {n} rounds (min–max) |", "|---|---|"]
+    L += [f"| {what} | {cell(key, unit, nd)} |" for key, what, unit, nd in ROWS]
+    own = (gateway or {}).get("own_us")
+    if own:
+        L.append(f"| the gateway's own time in its handler, p50 / p99 (its report, all {own['count']} requests "
+                 f"of all rounds) | {own['p50']} / {own['p99']} µs |")
+    added, kept = summary["gateway_added_p50_us"]["median"], summary["capacity_ratio"]["median"]
+    L += ["", f"Targets: gateway added p50 < 500 µs: **{'met' if added < 500 else 'not met'}** ({added:.0f} µs, "
+          f"median round); capacity kept ≥ 0.90: **{'met' if kept >= 0.9 else 'not met'}** ({kept:.3f})."]
+    if summary.get("stopped"):
+        L += ["", f"The run stopped early: {summary['stopped']}."]
+    return "\n".join(L) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--addr", required=True, help="the platform, IP:PORT")
-    ap.add_argument("--gateway", required=True, help="kp-gateway, HOST:PORT")
-    ap.add_argument("--gateway-pid", type=int, required=True)
+    ap.add_argument("--addr", help="the platform, IP:PORT (required to run)")
+    ap.add_argument("--gateway", help="kp-gateway, HOST:PORT (required to run)")
+    ap.add_argument("--gateway-pid", type=int, help="kp-gateway's pid (required to run)")
     ap.add_argument("--bin", default="target/release", help="where kp-client and kp-http-load are")
     ap.add_argument("--model", default="squeezenet")
     ap.add_argument("--if-id", type=int, default=1)
@@ -140,7 +195,18 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="write the summary JSON here too")
+    ap.add_argument("--markdown", help="write the report (docs/PERFORMANCE.md's generated section) here")
+    ap.add_argument("--repo", default=".", help="the checkout measured (its commit goes in the report)")
+    ap.add_argument("--command", default="bench/bench_gateway.sh", help="how the run was started, for the report")
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: write --markdown from the summary in --out (and --gateway-report)")
+    ap.add_argument("--gateway-report", help="kp-gateway's output, whose last line is its JSON report")
     a = ap.parse_args()
+    if a.render:
+        render(a)
+        return
+    if not (a.addr and a.gateway and a.gateway_pid):
+        ap.error("--addr, --gateway and --gateway-pid are required to run")
 
     rounds = []
     stopped = None
@@ -228,6 +294,24 @@ def main() -> None:
         with open(a.out, "w") as f:
             json.dump(summary, f, indent=1)
     print(json.dumps({k: v for k, v in summary.items() if k != "per_round"}))
+
+
+def render(a) -> None:
+    """--render: the report of the run whose summary is in --out, dated now
+    (bench_gateway.sh renders it as soon as the gateway has stopped)."""
+    if not (a.out and a.markdown):
+        raise SystemExit("bench_gateway.py --render needs --out (the summary) and --markdown")
+    summary = json.loads(Path(a.out).read_text())
+    gateway = None
+    if a.gateway_report:
+        lines = Path(a.gateway_report).read_text().strip().splitlines()
+        try:
+            gateway = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            gateway = None  # a gateway that died before its report: the rest stands
+    line = host.run_line(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host.git_head(a.repo),
+                         host.cpu_model(host.read("/proc/cpuinfo")), os.cpu_count() or 0)
+    Path(a.markdown).write_text(markdown(summary, line, a.command, gateway))
 
 
 if __name__ == "__main__":
