@@ -212,6 +212,17 @@ class Repeats(unittest.TestCase):
         self.assertEqual(c["ratio"]["n"], 2)  # only the runs where both met the SLO
         self.assertIn("not a record", report.repeats_markdown(runs))
 
+    def test_each_models_series_may_be_of_its_own_commit_but_not_of_two(self):
+        runs = [self.one("a1", {"kneepoint": 190, "triton": 120}) for _ in range(3)]
+        other = [self.one("b2", {"kneepoint": 7, "triton": 5}) for _ in range(2)] + [
+            self.one("c3", {"kneepoint": 7, "triton": 5})]
+        for r in other:
+            r["models"][0]["model"] = "resnet50"
+        md = report.repeats_markdown(runs + other)
+        self.assertNotIn("squeezenet are of", md)
+        self.assertIn("**The runs of resnet50 are of 2 commits (b2, c3): not one record.**", md)
+        self.assertEqual(md.count("not one record"), 1)
+
     def test_a_search_cut_by_its_budget_counts_with_its_brackets_upper_end(self):
         # Triton's search was cut with a bracket 150 (met) / 180 (missed):
         # its capacity may be up to 180, above kneepoint's lowest 175, so
