@@ -199,8 +199,8 @@ def model_markdown(m: dict) -> str:
         L.append("")
     pts = m["points"]
     L.append("| system | capacity: max OK req/s with p99 ≤ SLO | % of engine limit | "
-             + " | ".join(f"p50 / p90 / p99 ms at {int(round(100 * p))}%" for p in pts)
-             + " | CPU ms per request: all server processes (inference process) "
+             + "".join(f"p50 / p90 / p99 ms at {int(round(100 * p))}% | " for p in pts)
+             + "CPU ms per request: all server processes (inference process) "
              + "| peak: max OK req/s, saturated (% of engine limit) |")
     L.append("|---|---|---|" + "---|" * len(pts) + "---|---|")
     for s in m["systems"]:
@@ -224,8 +224,8 @@ def model_markdown(m: dict) -> str:
         pk = s.get("peak")
         pkcell = (f"{_f(pk['ok_per_s'])} ({100 * pk['ok_per_s'] / best['images_per_s']:.0f}%)"
                   if pk and best else "-")
-        L.append(f"| {NAMES.get(s['system'], s['system'])} | {capcell} | {pct} | " + " | ".join(cells)
-                 + f" | {cpu} | {pkcell} |")
+        L.append(f"| {NAMES.get(s['system'], s['system'])} | {capcell} | {pct} | " + "".join(c + " | " for c in cells)
+                 + f"{cpu} | {pkcell} |")
     L.append("")
     brackets = [f"{NAMES.get(s['system'], s['system'])} {_f(s['bracket'][0], 2)} / {_f(s['bracket'][1], 2)}"
                 + _cut(s) for s in m["systems"] if s.get("bracket")]

@@ -256,6 +256,18 @@ class Repeats(unittest.TestCase):
         self.assertIn("Triton 5.00 / 6.00 (**not resolved**: the search's time budget ran out with the bracket "
                       "20.0% wide)", md)
         self.assertIn("Ray Serve 5.00 / 6.00.", md)  # not cut: its own search ended there
+        # Without point levels (BENCH_POINTS=,) the table has no empty column.
+        self.assert_table_is_rectangular(md, columns=5)
+        m["points"] = [0.5]
+        m["systems"][0]["points"] = {"0.5": {"p50_ms": 80.0, "p90_ms": 150.0, "p99_ms": 250.0, "meets_slo": True}}
+        self.assert_table_is_rectangular(report.model_markdown(m), columns=6)
+
+    def assert_table_is_rectangular(self, md: str, columns: int):
+        rows = [l for l in md.splitlines() if l.startswith("|")]
+        self.assertEqual(len(rows), 5, rows)  # header, rule, three systems
+        for row in rows:
+            self.assertEqual(row.count("|") - 1, columns, row)
+            self.assertNotIn("|  |", row)
 
 
 class Documents(unittest.TestCase):
