@@ -156,7 +156,7 @@ ROWS = [
 
 def markdown(summary: dict[str, Any], run_line: str, command: str, gateway: dict[str, Any] | None = None) -> str:
     """The generated report of a run (its summary, and the report kp-gateway
-    printed when it stopped, if given): each figure's median and spread over
+    printed when it stopped, its last line, if given): each figure's median and spread over
     the rounds, and whether the two targets are met."""
     def cell(key: str, unit: str, nd: int) -> str:
         x = summary[key]
@@ -170,7 +170,9 @@ def markdown(summary: dict[str, Any], run_line: str, command: str, gateway: dict
          f"to both paths for capacity; model {summary['model']}.", "",
          f"| figure | median of {n} rounds (min–max) |", "|---|---|"]
     L += [f"| {what} | {cell(key, unit, nd)} |" for key, what, unit, nd in ROWS]
-    own = (gateway or {}).get("own_us")
+    # kp-gateway's exit report: {"client": {...}, "gateway": {"infer",
+    # "own_us", ...}} (its HTTP side's report under "gateway").
+    own = ((gateway or {}).get("gateway") or {}).get("own_us")
     if own:
         L.append(f"| the gateway's own time in its handler, p50 / p99 (its report, all {own['count']} requests "
                  f"of all rounds) | {own['p50']} / {own['p99']} µs |")

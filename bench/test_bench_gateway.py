@@ -31,7 +31,9 @@ class Report(unittest.TestCase):
     def test_every_figure_with_its_spread_and_the_targets_judged(self):
         md = bench_gateway.markdown(summary(410.0, 1.005), "2026-11-29 16:00 UTC, commit abc1234, EPYC, 2 CPUs",
                                     "bench/bench_gateway.sh --rounds 5",
-                                    {"own_us": {"count": 1250, "p50": 154, "p99": 778, "max": 2100}})
+                                    {"client": {"answered": 1250}, "gateway": {
+                                        "infer": {"200": 1250},
+                                        "own_us": {"count": 1250, "p50": 154, "p99": 778, "max": 2100}}})
         self.assertIn("#### kp-gateway's own cost (2026-11-29 16:00 UTC, commit abc1234, EPYC, 2 CPUs)", md)
         self.assertIn("| median of 5 rounds (min–max) |", md)
         self.assertIn("target < 500 µs) | 410 µs (350–500) |", md)
@@ -53,8 +55,10 @@ class Report(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             d = Path(d)
             (d / "summary.json").write_text(json.dumps(summary(400.0, 0.97)))
-            (d / "gw.out").write_text('starting\n{"infer": {"200": 9}, "own_us": {"count": 9, "p50": 150, '
-                                      '"p99": 800, "max": 900}}\n')
+            # As kp-gateway 1d26dc6 printed it when it stopped.
+            (d / "gw.out").write_text('starting\n{"client":{"answered":9,"late":0,"submitted":9,"timed_out":0},'
+                                      '"gateway":{"infer":{"200":9},"own_us":{"count":9,"max":900,"p50":150,'
+                                      '"p99":800},"platform_requests":9}}\n')
             subprocess.run([sys.executable, str(HERE / "bench_gateway.py"), "--render", "--out", str(d / "summary.json"),
                             "--gateway-report", str(d / "gw.out"), "--markdown", str(d / "gw.md"),
                             "--repo", str(HERE.parent)], check=True)
