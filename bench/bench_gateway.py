@@ -56,7 +56,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -311,9 +310,7 @@ def render(a) -> None:
             gateway = json.loads(lines[-1]) if lines else None
         except json.JSONDecodeError:
             gateway = None  # a gateway that died before its report: the rest stands
-    line = host.run_line(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host.git_head(a.repo),
-                         host.cpu_model(host.read("/proc/cpuinfo")), os.cpu_count() or 0)
-    Path(a.markdown).write_text(markdown(summary, line, a.command, gateway))
+    Path(a.markdown).write_text(markdown(summary, host.this_run_line(a.repo), a.command, gateway))
 
 
 if __name__ == "__main__":

@@ -60,14 +60,19 @@ def run_line(when: str, commit: str, cpu: str, cpus: int) -> str:
     return f"{when}, commit {commit or 'not recorded'}, {cpu or 'CPU unknown'}, {cpus} CPUs"
 
 
+def this_run_line(repo: str) -> str:
+    """run_line for a run ending now on this machine, of REPO's commit."""
+    return run_line(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), git_head(repo),
+                    cpu_model(read("/proc/cpuinfo")), os.cpu_count() or 0)
+
+
 def main(argv: list[str]) -> int:
     """host.py run-line REPO: this run's line (now, REPO's commit, this
     machine), for a shell harness's report."""
     if len(argv) != 2 or argv[0] != "run-line":
         print("usage: host.py run-line REPO", file=sys.stderr)
         return 2
-    print(run_line(time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), git_head(argv[1]),
-                   cpu_model(read("/proc/cpuinfo")), os.cpu_count() or 0))
+    print(this_run_line(argv[1]))
     return 0
 
 

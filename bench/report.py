@@ -449,7 +449,7 @@ def repeats(runs: list[dict]) -> list[dict]:
                "engine_limit": spread(engine),
                "capacity": {s: spread(caps(s)) for s in systems},
                "below": {s: spread(bounds(s)) for s in systems},
-               "cut": {s: [unresolved(find(m, s)) for m in per if find(m, s) and unresolved(find(m, s)) is not None]
+               "cut": {s: [w for w in (unresolved(x) for x in (find(m, s) for m in per) if x) if w is not None]
                        for s in systems},
                "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": []}
         for me in KNEEPOINTS:
