@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Side by side: kneepoint, Triton Inference Server and Ray Serve on the same
 machine, the same model, the same cores, the same intra-op threads and the
-same SLO — and the engine limit they are all bounded by.
+same SLO — and the engine limit they are all bounded by. kneepoint's
+policy sizes each batch under the SLO; the peers' batch cap is tuned for
+the SLO from the same run's engine limit (peer_max_batch), as an operator
+would size Triton's max_batch_size.
 
     make bench                                 # (as root) everything, hours (levels of >= 2,000 requests)
     .venv/bin/python bench/bench.py            # just this benchmark
@@ -74,7 +77,10 @@ Environment (defaults for a full run; --smoke has tiny ones):
     with every per-request step on the inference core, kp-if --convert-on
     inference)
   BENCH_THREADS (1) BENCH_FRONT_CPU (0) BENCH_WORKER_CPU (1)
-  BENCH_MAX_BATCH (8: kp-if --max-batch, Triton max_batch_size, @serve.batch)
+  BENCH_MAX_BATCH (8: kp-if --max-batch; kneepoint's policy picks the size)
+  BENCH_PEER_MAX_BATCH (auto: Triton's max_batch_size and @serve.batch's
+    max_batch_size, per model from the engine limit measured in the run,
+    see peer_max_batch; or a number, at most BENCH_MAX_BATCH)
   BENCH_BATCH_DELAY_US (500: Triton max_queue_delay_microseconds, Ray
     batch_wait_timeout_s; kneepoint's policy needs none, it uses the SLO)
   BENCH_SLO_X (4; --smoke: 0, its own rule): each model's SLO is this many
@@ -206,6 +212,13 @@ class Settings:
         self.front_cpu = env("BENCH_FRONT_CPU", 0, int)
         self.worker_cpu = env("BENCH_WORKER_CPU", 1, int)
         self.max_batch = env("BENCH_MAX_BATCH", 8, int)
+        # The peers' batch cap: "auto" tunes it per model from the engine
+        # limit of the same run, as an operator sizes max_batch_size for an
+        # SLO (peer_max_batch); a number fixes it.
+        self.peer_max_batch = env("BENCH_PEER_MAX_BATCH", "auto")
+        if self.peer_max_batch != "auto" and not (self.peer_max_batch.isdigit()
+                                                  and 1 <= int(self.peer_max_batch) <= self.max_batch):
+            raise SystemExit(f"BENCH_PEER_MAX_BATCH={self.peer_max_batch!r}: auto or 1..{self.max_batch}")
         self.batch_delay_us = env("BENCH_BATCH_DELAY_US", 500, int)
         # The peers shed too (issue 13): Triton's queue policy rejects a
         # request that waited longer than the SLO less the engine's batch-1
@@ -531,7 +544,7 @@ class Triton(System):
         self.url = f"{base}/v2/models/{m['name']}/infer"
         self.version = {"tritonserver": info.get("version"), "nvidia-pytriton": dist_version(py, "nvidia-pytriton"),
                         "onnxruntime": dist_version(py, "onnxruntime"), "python_backend_python": pyver,
-                        "dynamic_batching": {"max_batch_size": s.max_batch,
+                        "dynamic_batching": {"max_batch_size": m["peer_max_batch"],
                                              "max_queue_delay_microseconds": s.batch_delay_us,
                                              "default_queue_policy": (
                                                  {"timeout_action": "REJECT",
@@ -568,7 +581,7 @@ def write_triton_model(repo: Path, m: dict, s: Settings):
     # larger batches are not faster per image, see the engine limit).
     (repo / "config.pbtxt").write_text(f"""name: "{m['name']}"
 backend: "python"
-max_batch_size: {s.max_batch}
+max_batch_size: {m['peer_max_batch']}
 input [ {{ name: "INPUT" data_type: TYPE_UINT8 dims: [ {h}, {w}, {c} ] }} ]
 output [
   {{ name: "CLASSES" data_type: TYPE_INT32 dims: [ {m['top_k']} ] }},
@@ -594,7 +607,7 @@ class RayServe(System):
         self.proc = subprocess.Popen(
             ["taskset", "-c", str(s.front_cpu), str(py), str(BENCH / "peers" / "ray_serve.py"),
              "--config", str(m["config"]), "--port", str(self.port), "--threads", str(s.threads),
-             "--max-batch", str(s.max_batch), "--batch-wait-us", str(s.batch_delay_us)]
+             "--max-batch", str(m["peer_max_batch"]), "--batch-wait-us", str(s.batch_delay_us)]
             + (["--request-timeout-s", f"{m['slo_ms'] / 1000:g}"] if s.peer_shed else []),
             stdout=open(self.log("ray"), "w"), stderr=subprocess.STDOUT, env=envv, start_new_session=True)
         line = wait_for_line(self.log("ray"), "ray-serve: ready", self.proc, "ray serve", 240)
@@ -605,7 +618,7 @@ class RayServe(System):
             self.roots.append(replica)
         self.url = f"http://127.0.0.1:{self.port}/"
         self.version = {"ray": dist_version(py, "ray"), "onnxruntime": dist_version(py, "onnxruntime"),
-                        "serve.batch": {"max_batch_size": s.max_batch, "batch_wait_timeout_s": s.batch_delay_us / 1e6},
+                        "serve.batch": {"max_batch_size": m["peer_max_batch"], "batch_wait_timeout_s": s.batch_delay_us / 1e6},
                         "max_ongoing_requests": 64,
                         "http_request_timeout_s": m["slo_ms"] / 1000 if s.peer_shed else None}
 
@@ -999,9 +1012,7 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"{s.worker_cpu}; the load generator and each system's network side (the if-manager and kp-if's "
          f"fragment loop on CPU {s.kp_rx_cpu}, which converts while it reassembles / tritonserver's HTTP threads "
          f"and batcher / Ray's proxy, raylet, GCS, controller) on CPU {s.front_cpu}.",
-         f"- **Batching**: at most {s.max_batch} per batch everywhere; Triton's dynamic batcher "
-         f"max_queue_delay_microseconds {s.batch_delay_us}, Ray @serve.batch batch_wait_timeout_s "
-         f"{s.batch_delay_us / 1e6:g}; kneepoint's policy batches under the SLO (kp-if --slo-ms).",
+         batching_markdown(meta, s),
          "- **Shedding**: " + ("every system may refuse what cannot meet the SLO: kneepoint answers OVERLOADED; "
                                + ("Triton's dynamic batcher has a default_queue_policy that REJECTs a request queued "
                                   "longer than the SLO less the engine's batch-1 median; " if triton_rejects(s) else
@@ -1049,6 +1060,25 @@ def header_markdown(meta: dict, s: Settings) -> str:
     if notes:
         L += [f"- {n}" for n in notes] + [""]
     return "\n".join(L)
+
+
+def batching_markdown(meta: dict, s: Settings) -> str:
+    """The report's batching line: kneepoint's cap, the peers' (per model,
+    BENCH_PEER_MAX_BATCH; runs before it had one cap for all) and their
+    batchers' delay."""
+    delay = (f"Triton's dynamic batcher max_queue_delay_microseconds {s.batch_delay_us}, Ray @serve.batch "
+             f"batch_wait_timeout_s {s.batch_delay_us / 1e6:g}")
+    caps = {n: mi["peer_max_batch"] for n, mi in meta.get("model_info", {}).items() if "peer_max_batch" in mi}
+    if not caps:
+        return (f"- **Batching**: at most {s.max_batch} per batch everywhere; {delay}; kneepoint's policy "
+                "batches under the SLO (kp-if --slo-ms).")
+    how = ("tuned for the SLO from this run's engine limit: the measured size with the most images/s among "
+           "those whose batch takes at most half the SLO, 1 unless it beats batch 1's images/s by more than "
+           f"{100 * PEER_BATCH_GAIN:g}% (peer_max_batch)" if getattr(s, "peer_max_batch", "auto") == "auto"
+           else "BENCH_PEER_MAX_BATCH")
+    return (f"- **Batching**: kneepoint at most {s.max_batch} per batch, its policy choosing each batch's size "
+            f"under the SLO (kp-if --slo-ms); the peers at most "
+            + ", ".join(f"{c} ({n})" for n, c in caps.items()) + f", {how}; {delay}.")
 
 
 def machine_info() -> dict:
@@ -1146,6 +1176,11 @@ def main() -> int:
             say(f"{name}: smoke SLO {m['slo_ms']:.1f} ms (the configured one, or {SMOKE_SLO_X:g} x the "
                 f"engine's batch-1 p99 here if that is longer)")
         m["queue_timeout_us"] = queue_timeout_us(m["slo_ms"], eng)
+        m["peer_max_batch"] = (peer_max_batch(eng, m["slo_ms"], s.max_batch) if s.peer_max_batch == "auto"
+                               else int(s.peer_max_batch))
+        if any(p in s.systems for p in ("triton", "ray")):
+            meta["model_info"][name]["peer_max_batch"] = m["peer_max_batch"]
+            say(f"{name}: the peers' batch cap {m['peer_max_batch']} ({s.peer_max_batch})")
         meta["model_info"][name]["queue_timeout_us"] = m["queue_timeout_us"]
         for sysname in s.systems:
             key = f"{name}/{sysname}"
@@ -1215,6 +1250,31 @@ def slo_from_engine(x: float, engine: list[dict], configured_ms: float) -> float
     configured SLO when there is no batch-1 measurement), to 0.1 ms."""
     b1 = batch_1(engine, "median_ms")
     return round(x * b1, 1) if b1 is not None else configured_ms
+
+
+# A peer's batch cap ("auto") above 1 must buy at least this much more
+# images/s per batch than batch 1 does.
+PEER_BATCH_GAIN = 0.05
+
+
+def peer_max_batch(engine: list[dict], slo_ms: float, cap: int, gain: float = PEER_BATCH_GAIN) -> int:
+    """The peers' batch cap tuned for the SLO from the engine limit
+    measured in this run, as one sizes Triton's max_batch_size (its model
+    analyzer) or @serve.batch's for a latency target: among the measured
+    batch sizes up to `cap` whose median fits in half the SLO (a request
+    arriving as such a batch starts still ends in time), the one with the
+    most images/s, and 1 unless that beats batch 1's images/s by more than
+    `gain`. A cap the peers' batchers merely reach under load, where
+    batches are no faster per image, costs them their tail: on the 2-CPU
+    VM Triton's squeezenet capacity was 31.7 req/s with a cap of 8 and 44.0
+    with 1 (docs/PERFORMANCE.md). kneepoint needs no such tuning, its
+    policy picks each batch's size under the SLO."""
+    rows = [r for r in engine if int(r["batch"]) <= cap and float(r["median_ms"]) <= slo_ms / 2]
+    one = next((float(r["images_per_s"]) for r in engine if int(r["batch"]) == 1), None)
+    if not rows or one is None:
+        return 1
+    best = max(rows, key=lambda r: float(r["images_per_s"]))
+    return int(best["batch"]) if float(best["images_per_s"]) > (1 + gain) * one else 1
 
 
 def queue_timeout_us(slo_ms: float, engine: list[dict]) -> int:

@@ -422,7 +422,11 @@ def repeats(runs: list[dict]) -> list[dict]:
     time budget cut a system's search short of the resolution ("cut": how
     many runs), its capacity in that run may be as high as the bracket's
     upper end, and the verdicts take that end: a win needs the lower
-    system's upper ends below the other's capacities."""
+    system's upper ends below the other's capacities. The issue's targets
+    are judged only over runs whose peers had a batch cap tuned for the
+    SLO (bench.py's peer_max_batch, recorded per model): before it they ran
+    at kneepoint's cap, which their batchers fill where batches gain
+    nothing ("peer_caps": None for such a run)."""
     out = []
     names = list(dict.fromkeys(m["model"] for r in runs for m in r["models"]))
     for name in names:
@@ -444,6 +448,8 @@ def repeats(runs: list[dict]) -> list[dict]:
         def bounds(system):
             return [v for v, bound in (_capacity_or_bound(find(m, system)) for m in per) if bound]
 
+        peer_caps = [((r["meta"].get("model_info") or {}).get(name) or {}).get("peer_max_batch")
+                     for r in runs if any(m["model"] == name for m in r["models"])]
         engine = [max(r["images_per_s"] for r in m["engine"]) for m in per if m.get("engine")]
         row = {"model": name, "runs": len(per), "slo_ms": spread([m["slo_ms"] for m in per]),
                "engine_limit": spread(engine),
@@ -451,7 +457,8 @@ def repeats(runs: list[dict]) -> list[dict]:
                "below": {s: spread(bounds(s)) for s in systems},
                "cut": {s: [w for w in (unresolved(x) for x in (find(m, s) for m in per) if x) if w is not None]
                        for s in systems},
-               "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": []}
+               "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": [],
+               "peer_caps": peer_caps, "peers_tuned": all(c is not None for c in peer_caps)}
         for me in KNEEPOINTS:
             if me not in systems:
                 continue
@@ -485,9 +492,14 @@ def repeats(runs: list[dict]) -> list[dict]:
                     "kneepoint": me, "peer": peer, "ratio": r, "at_least": at_least, "verdict": verdict,
                     "target": target,
                     "target_met": (target is not None and r is not None and verdict == "win"
-                                   and r["median"] >= target)})
+                                   and r["median"] >= target and row["peers_tuned"])})
         out.append(row)
     return out
+
+
+def _caps(caps: list[int]) -> str:
+    """Batch caps over runs in words: "1" when all agree, else each."""
+    return str(caps[0]) if len(set(caps)) == 1 else ", ".join(map(str, caps))
 
 
 def machine(run: dict) -> str:
@@ -553,8 +565,16 @@ def repeats_markdown(runs: list[dict]) -> str:
             if c["target"] is not None:
                 line += (f"; the issue's target (a median ≥ {c['target']:g}× and a win) is "
                          + ("not judged yet" if c["verdict"] == "few" else
-                            "met" if c["target_met"] else "not met"))
+                            "not judged: the peers' batch cap was not tuned for the SLO" if not row["peers_tuned"]
+                            else "met" if c["target_met"] else "not met"))
             L.append(line + ".")
+        if row["comparisons"]:
+            tuned = [c for c in row["peer_caps"] if c is not None]
+            L.append(f"- {row['model']}: the peers' batch cap was "
+                     + (f"tuned for the SLO in every run ({_caps(tuned)})." if row["peers_tuned"] else
+                        f"kneepoint's in {len(row['peer_caps']) - len(tuned)} of the runs, not tuned for the SLO "
+                        "(runs before BENCH_PEER_MAX_BATCH): their batchers fill batches that are no faster per "
+                        "image, and the ratios flatter kneepoint."))
         cap = row["capacity"].get("kneepoint")
         if cap and row["engine_limit"]:
             L.append(f"- {row['model']}: kneepoint's capacity is {cap['median'] / row['engine_limit']['median']:.2f} "

@@ -144,7 +144,8 @@ class Repeats(unittest.TestCase):
     def one(git, caps, peaks=None, limit=200.0):
         systems = [{"system": k, "capacity": {"ok_per_s": v} if v else None,
                     "peak": {"ok_per_s": (peaks or {}).get(k, v or 1.0)}} for k, v in caps.items()]
-        return {"meta": {"git": git, "started": "2026-11-27 09:00 UTC", "machine": {"cpu": "Xeon", "nproc": 2}},
+        return {"meta": {"git": git, "started": "2026-11-27 09:00 UTC", "machine": {"cpu": "Xeon", "nproc": 2},
+                         "model_info": {"squeezenet": {"peer_max_batch": 1}}},
                 "models": [{"model": "squeezenet", "slo_ms": 40.0, "engine": [{"images_per_s": limit}],
                             "systems": systems}]}
 
@@ -175,6 +176,26 @@ class Repeats(unittest.TestCase):
         self.assertNotIn("dirty", md)
         self.assertIn("on Xeon (2 CPUs).", md)
         self.assertNotIn("machines", md)
+
+    def test_targets_are_judged_only_against_peers_with_a_tuned_batch_cap(self):
+        runs = [self.one("a1", {"kneepoint": 190, "triton": 120}) for _ in range(3)]
+        row = report.repeats(runs)[0]
+        self.assertTrue(row["peers_tuned"])
+        self.assertTrue(row["comparisons"][0]["target_met"])
+        self.assertIn("- squeezenet: the peers' batch cap was tuned for the SLO in every run (1).",
+                      report.repeats_markdown(runs))
+        # One run from before the peers' cap was tuned: still a win, but
+        # the target is not judged.
+        del runs[1]["meta"]["model_info"]
+        row = report.repeats(runs)[0]
+        self.assertEqual((row["peers_tuned"], row["peer_caps"]), (False, [1, None, 1]))
+        c = row["comparisons"][0]
+        self.assertEqual(c["verdict"], "win")
+        self.assertFalse(c["target_met"])
+        md = report.repeats_markdown(runs)
+        self.assertIn("a win: the capacity spreads do not overlap; the issue's target (a median ≥ 1.5× and a "
+                      "win) is not judged: the peers' batch cap was not tuned for the SLO.", md)
+        self.assertIn("- squeezenet: the peers' batch cap was kneepoint's in 1 of the runs, not tuned", md)
 
     def test_runs_of_several_machines_are_said(self):
         runs = [self.one("a1", {"kneepoint": 190, "triton": 120}) for _ in range(3)]

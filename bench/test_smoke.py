@@ -80,6 +80,63 @@ class SloFromTheEngine(unittest.TestCase):
         self.assertEqual(bench.slo_from_engine(4.0, [{"batch": 8, "median_ms": 80.0}], 20.0), 20.0)
 
 
+class PeerBatchCap(unittest.TestCase):
+    """The peers' batch cap is tuned for the SLO from the engine limit of
+    the same run (BENCH_PEER_MAX_BATCH=auto)."""
+
+    # squeezenet on the 2-CPU AMD EPYC VM (29 November, target/bench/peers-b1):
+    # no batch beats batch 1 per image by more than 5%.
+    CPU = [{"batch": "1", "median_ms": "7.13", "images_per_s": "140.3"},
+           {"batch": "2", "median_ms": "13.74", "images_per_s": "145.6"},
+           {"batch": "4", "median_ms": "28.34", "images_per_s": "141.2"},
+           {"batch": "8", "median_ms": "58.36", "images_per_s": "137.1"}]
+    # An engine that gains from batching (a GPU's shape).
+    GPU = [{"batch": 1, "median_ms": 5.0, "images_per_s": 200.0},
+           {"batch": 2, "median_ms": 6.0, "images_per_s": 333.3},
+           {"batch": 4, "median_ms": 8.0, "images_per_s": 500.0},
+           {"batch": 8, "median_ms": 12.0, "images_per_s": 666.7}]
+
+    def test_no_gain_from_batching_means_batch_1(self):
+        self.assertEqual(bench.peer_max_batch(self.CPU, 28.5, 8), 1)
+        # A 3.8% gain at batch 2 counts with a lower threshold.
+        self.assertEqual(bench.peer_max_batch(self.CPU, 28.5, 8, gain=0.03), 2)
+
+    def test_the_best_size_whose_batch_fits_in_half_the_slo(self):
+        self.assertEqual(bench.peer_max_batch(self.GPU, 20.0, 8), 4)  # batch 8's 12 ms > 10
+        self.assertEqual(bench.peer_max_batch(self.GPU, 24.0, 8), 8)
+        self.assertEqual(bench.peer_max_batch(self.GPU, 24.0, 2), 2)  # never above the run's cap
+        self.assertEqual(bench.peer_max_batch(self.GPU, 9.0, 8), 1)   # only batch 1 fits
+
+    def test_without_a_batch_1_measurement_batch_1(self):
+        self.assertEqual(bench.peer_max_batch(self.GPU[1:], 24.0, 8), 1)
+
+    def test_the_setting_is_auto_or_a_size_within_the_cap(self):
+        saved = os.environ.pop("BENCH_PEER_MAX_BATCH", None)
+        try:
+            self.assertEqual(bench.Settings(smoke=False).peer_max_batch, "auto")
+            os.environ["BENCH_PEER_MAX_BATCH"] = "2"
+            self.assertEqual(bench.Settings(smoke=False).peer_max_batch, "2")
+            for bad in ("0", "9", "two", "-1"):
+                os.environ["BENCH_PEER_MAX_BATCH"] = bad
+                with self.assertRaises(SystemExit):
+                    bench.Settings(smoke=False)
+        finally:
+            os.environ.pop("BENCH_PEER_MAX_BATCH", None)
+            if saved is not None:
+                os.environ["BENCH_PEER_MAX_BATCH"] = saved
+
+    def test_the_report_says_each_models_cap(self):
+        class S:
+            max_batch, batch_delay_us, peer_max_batch = 8, 500, "auto"
+        line = bench.batching_markdown({"model_info": {"squeezenet": {"peer_max_batch": 1},
+                                                       "resnet50": {"peer_max_batch": 4}}}, S)
+        self.assertIn("kneepoint at most 8 per batch", line)
+        self.assertIn("the peers at most 1 (squeezenet), 4 (resnet50), tuned for the SLO", line)
+        # A run from before the peers had their own cap: one for all.
+        old = bench.batching_markdown({"model_info": {"squeezenet": {"slo_ms": 28.0}}}, S)
+        self.assertIn("at most 8 per batch everywhere", old)
+
+
 class PeerShedding(unittest.TestCase):
     """The peers may refuse what cannot meet the SLO, as kneepoint does."""
 
@@ -93,7 +150,7 @@ class PeerShedding(unittest.TestCase):
         import tempfile
 
         m = {"name": "squeezenet", "shape": [3, 224, 224], "top_k": 5, "config": "/m/config.toml",
-             "queue_timeout_us": 10_600}
+             "queue_timeout_us": 10_600, "peer_max_batch": 2}
 
         class S:
             max_batch, batch_delay_us, threads, peer_shed = 8, 500, 1, True
@@ -103,6 +160,8 @@ class PeerShedding(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             bench.write_triton_model(Path(d), m, S)
             text = (Path(d) / "config.pbtxt").read_text()
+            # The peers' own cap, not kneepoint's (S.max_batch).
+            self.assertIn("\nmax_batch_size: 2\n", text)
             self.assertIn("dynamic_batching {\n  max_queue_delay_microseconds: 500\n  default_queue_policy { "
                           "timeout_action: REJECT default_timeout_microseconds: 10600 "
                           "allow_timeout_override: false }\n}", text)
