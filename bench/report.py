@@ -573,8 +573,8 @@ def repeats_markdown(runs: list[dict]) -> str:
             L.append(f"- {row['model']}: the peers' batch cap was "
                      + (f"tuned for the SLO in every run ({_caps(tuned)})." if row["peers_tuned"] else
                         f"kneepoint's in {len(row['peer_caps']) - len(tuned)} of the runs, not tuned for the SLO "
-                        "(runs before BENCH_PEER_MAX_BATCH): their batchers fill batches that are no faster per "
-                        "image, and the ratios flatter kneepoint."))
+                        "(runs before BENCH_PEER_MAX_BATCH): their batchers fill batches up to it whether or not "
+                        "those are faster per image, so the ratios may flatter kneepoint."))
         cap = row["capacity"].get("kneepoint")
         if cap and row["engine_limit"]:
             L.append(f"- {row['model']}: kneepoint's capacity is {cap['median'] / row['engine_limit']['median']:.2f} "
