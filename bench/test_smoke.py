@@ -12,6 +12,7 @@ import json
 import os
 import unittest
 from pathlib import Path
+from unittest import mock
 
 # By path: `import bench` would find the bench/ folder itself.
 _spec = importlib.util.spec_from_file_location("bench_harness", Path(__file__).resolve().parent / "bench.py")
@@ -58,6 +59,16 @@ class SmokeRules(unittest.TestCase):
     def test_nothing_sent_fails(self):
         p = problems([window("kneepoint", sent=0), window("stub")])
         self.assertTrue(any("0 sent" in x for x in p), p)
+
+
+def settings_with(name: str, value: str | None):
+    """A full run's Settings with the environment variable `name` set to
+    `value` (unset when None); the environment is restored after."""
+    with mock.patch.dict(os.environ):
+        os.environ.pop(name, None)
+        if value is not None:
+            os.environ[name] = value
+        return bench.Settings(smoke=False)
 
 
 class SmokeSlo(unittest.TestCase):
@@ -111,19 +122,11 @@ class PeerBatchCap(unittest.TestCase):
         self.assertEqual(bench.peer_max_batch(self.GPU[1:], 24.0, 8), 1)
 
     def test_the_setting_is_auto_or_a_size_within_the_cap(self):
-        saved = os.environ.pop("BENCH_PEER_MAX_BATCH", None)
-        try:
-            self.assertEqual(bench.Settings(smoke=False).peer_max_batch, "auto")
-            os.environ["BENCH_PEER_MAX_BATCH"] = "2"
-            self.assertEqual(bench.Settings(smoke=False).peer_max_batch, "2")
-            for bad in ("0", "9", "two", "-1"):
-                os.environ["BENCH_PEER_MAX_BATCH"] = bad
-                with self.assertRaises(SystemExit):
-                    bench.Settings(smoke=False)
-        finally:
-            os.environ.pop("BENCH_PEER_MAX_BATCH", None)
-            if saved is not None:
-                os.environ["BENCH_PEER_MAX_BATCH"] = saved
+        self.assertEqual(settings_with("BENCH_PEER_MAX_BATCH", None).peer_max_batch, "auto")
+        self.assertEqual(settings_with("BENCH_PEER_MAX_BATCH", "2").peer_max_batch, "2")
+        for bad in ("0", "9", "two", "-1"):
+            with self.assertRaises(SystemExit):
+                settings_with("BENCH_PEER_MAX_BATCH", bad)
 
     def test_the_report_says_each_models_cap(self):
         class S:
@@ -174,18 +177,10 @@ class PeerShedding(unittest.TestCase):
                 self.assertNotIn("queue_policy", text)
 
     def test_triton_queues_every_request_unless_told_to_reject(self):
-        saved = os.environ.pop("BENCH_TRITON_QUEUE_POLICY", None)
-        try:
-            self.assertEqual(bench.Settings(smoke=False).triton_queue_policy, "none")
-            os.environ["BENCH_TRITON_QUEUE_POLICY"] = "reject"
-            self.assertTrue(bench.triton_rejects(bench.Settings(smoke=False)))
-            os.environ["BENCH_TRITON_QUEUE_POLICY"] = "drop"
-            with self.assertRaises(SystemExit):
-                bench.Settings(smoke=False)
-        finally:
-            os.environ.pop("BENCH_TRITON_QUEUE_POLICY", None)
-            if saved is not None:
-                os.environ["BENCH_TRITON_QUEUE_POLICY"] = saved
+        self.assertEqual(settings_with("BENCH_TRITON_QUEUE_POLICY", None).triton_queue_policy, "none")
+        self.assertTrue(bench.triton_rejects(settings_with("BENCH_TRITON_QUEUE_POLICY", "reject")))
+        with self.assertRaises(SystemExit):
+            settings_with("BENCH_TRITON_QUEUE_POLICY", "drop")
 
 
 class Combine(unittest.TestCase):
