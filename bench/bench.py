@@ -1074,7 +1074,7 @@ def batching_markdown(meta: dict, s: Settings) -> str:
                 "batches under the SLO (kp-if --slo-ms).")
     how = ("tuned for the SLO from this run's engine limit: the measured size with the most images/s among "
            "those whose batch takes at most half the SLO, 1 unless it beats batch 1's images/s by more than "
-           f"{100 * PEER_BATCH_GAIN:g}% (peer_max_batch)" if getattr(s, "peer_max_batch", "auto") == "auto"
+           f"{100 * PEER_BATCH_GAIN:g}% (peer_max_batch)" if s.peer_max_batch == "auto"
            else "BENCH_PEER_MAX_BATCH")
     return (f"- **Batching**: kneepoint at most {s.max_batch} per batch, its policy choosing each batch's size "
             f"under the SLO (kp-if --slo-ms); the peers at most "
@@ -1241,7 +1241,7 @@ def archive(out: Path, dest: Path) -> Path:
 
 
 def batch_1(engine: list[dict], key: str) -> float | None:
-    """The engine limit's batch-1 row's `key` (ms), None without one."""
+    """The engine limit's batch-1 row's `key` (ms or images/s), None without one."""
     return next((float(r[key]) for r in engine if int(r["batch"]) == 1), None)
 
 
@@ -1270,7 +1270,7 @@ def peer_max_batch(engine: list[dict], slo_ms: float, cap: int, gain: float = PE
     with 1 (docs/PERFORMANCE.md). kneepoint needs no such tuning, its
     policy picks each batch's size under the SLO."""
     rows = [r for r in engine if int(r["batch"]) <= cap and float(r["median_ms"]) <= slo_ms / 2]
-    one = next((float(r["images_per_s"]) for r in engine if int(r["batch"]) == 1), None)
+    one = batch_1(engine, "images_per_s")
     if not rows or one is None:
         return 1
     best = max(rows, key=lambda r: float(r["images_per_s"]))

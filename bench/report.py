@@ -430,8 +430,9 @@ def repeats(runs: list[dict]) -> list[dict]:
     out = []
     names = list(dict.fromkeys(m["model"] for r in runs for m in r["models"]))
     for name in names:
-        per = [next((m for m in r["models"] if m["model"] == name), None) for r in runs]
-        per = [m for m in per if m]
+        pairs = [(r, next((m for m in r["models"] if m["model"] == name), None)) for r in runs]
+        pairs = [(r, m) for r, m in pairs if m]
+        per = [m for _, m in pairs]
         systems = list(dict.fromkeys(s["system"] for m in per for s in m["systems"]))
 
         def find(m, system):
@@ -448,8 +449,7 @@ def repeats(runs: list[dict]) -> list[dict]:
         def bounds(system):
             return [v for v, bound in (_capacity_or_bound(find(m, system)) for m in per) if bound]
 
-        peer_caps = [((r["meta"].get("model_info") or {}).get(name) or {}).get("peer_max_batch")
-                     for r in runs if any(m["model"] == name for m in r["models"])]
+        peer_caps = [((r["meta"].get("model_info") or {}).get(name) or {}).get("peer_max_batch") for r, _ in pairs]
         engine = [max(r["images_per_s"] for r in m["engine"]) for m in per if m.get("engine")]
         row = {"model": name, "runs": len(per), "slo_ms": spread([m["slo_ms"] for m in per]),
                "engine_limit": spread(engine),
