@@ -43,6 +43,7 @@ import math
 from pathlib import Path
 
 import docsection
+import schedule_bound
 import stats
 
 
@@ -459,6 +460,20 @@ def repeats(runs: list[dict]) -> list[dict]:
                        for s in systems},
                "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": [],
                "peer_caps": peer_caps, "peers_tuned": all(c is not None for c in peer_caps)}
+        # What the engine allows, per run (a simulation: schedule_bound.py).
+        allowed = [schedule_bound.engine_bound(m.get("engine") or [], m.get("slo_ms")) for m in per]
+        if allowed and all(allowed):
+            kp = [(find(m, "kneepoint") or {}).get("capacity") for m in per]
+            tr = [(find(m, "triton") or {}).get("capacity") for m in per]
+            row["allowed"] = {
+                "bound_per_s": spread([a["bound_per_s"] for a in allowed]),
+                "bound_of_limit": spread([a["bound_of_limit"] for a in allowed]),
+                "fifo_per_s": spread([a["fifo_per_s"] for a in allowed]),
+                "bound_over_fifo": spread([a["bound_per_s"] / a["fifo_per_s"] for a in allowed]),
+                "kneepoint_of_bound": spread([c["ok_per_s"] / a["bound_per_s"]
+                                              for a, c in zip(allowed, kp) if c]),
+                "triton_of_fifo": spread([c["ok_per_s"] / a["fifo_per_s"] for a, c in zip(allowed, tr) if c]),
+                "batches": sorted({b for a in allowed for b in a["batches"]})}
         for me in KNEEPOINTS:
             if me not in systems:
                 continue
@@ -579,6 +594,20 @@ def repeats_markdown(runs: list[dict]) -> str:
         if cap and row["engine_limit"]:
             L.append(f"- {row['model']}: kneepoint's capacity is {cap['median'] / row['engine_limit']['median']:.2f} "
                      f"of the engine limit (medians).")
+        a = row.get("allowed")
+        if a:
+            L.append(f"- {row['model']}: what the engine allows (a simulation, bench/schedule_bound.py, from each "
+                     f"run's engine medians at batch {', '.join(map(str, a['batches']))}): no server on this engine "
+                     f"meets the SLO above {_sp(a['bound_per_s'])} req/s offered "
+                     f"({_sp(a['bound_of_limit'], 2)} of the engine limit), whatever it batches or refuses"
+                     + (f"; kneepoint's capacity is {_sp(a['kneepoint_of_bound'], 2)} of that" if a["kneepoint_of_bound"]
+                        else "")
+                     + f". An ideal FIFO server at batch 1 that refuses nothing (Triton at a cap of 1 without "
+                     f"overheads of its own) meets it up to {_sp(a['fifo_per_s'])} req/s"
+                     + (f" (Triton's capacity is {_sp(a['triton_of_fifo'], 2)} of that)" if a["triton_of_fifo"]
+                        else "")
+                     + f": no server's capacity is more than {_sp(a['bound_over_fifo'], 2, '×')} that ideal "
+                     f"FIFO's.")
     return "\n".join(L) + "\n"
 
 

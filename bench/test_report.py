@@ -263,6 +263,27 @@ class Repeats(unittest.TestCase):
             r["models"][0]["systems"][1]["bracket"] = [150.0, 152.0]
         self.assertEqual({x["peer"]: x for x in report.repeats(runs)[0]["comparisons"]}["triton"]["verdict"], "win")
 
+    def test_what_the_engine_allows_is_drawn_from_each_runs_engine(self):
+        runs = [self.one("a1", {"kneepoint": k, "triton": 30}) for k in (45, 48, 50)]
+        for r, b1 in zip(runs, (10.0, 10.2, 9.9)):
+            r["models"][0]["engine"] = [{"batch": 1, "median_ms": b1, "images_per_s": 1000 / b1},
+                                        {"batch": 2, "median_ms": 2.1 * b1, "images_per_s": 2000 / (2.1 * b1)}]
+        row = report.repeats(runs)[0]
+        a = row["allowed"]
+        # The SLO is 40 ms, four batch-1 times: ~0.53 of the engine limit
+        # (~100 images/s) with <= 1% refused, more than the ideal FIFO.
+        self.assertGreater(a["bound_of_limit"]["median"], 0.45)
+        self.assertLess(a["bound_of_limit"]["median"], 0.65)
+        self.assertGreater(a["bound_over_fifo"]["min"], 1.0)
+        self.assertEqual(a["batches"], [1, 2])
+        self.assertEqual(a["kneepoint_of_bound"]["n"], 3)
+        self.assertAlmostEqual(a["kneepoint_of_bound"]["max"], 50 / a["bound_per_s"]["min"], delta=0.05)
+        md = report.repeats_markdown(runs)
+        self.assertIn("- squeezenet: what the engine allows (a simulation, bench/schedule_bound.py, from each run's "
+                      "engine medians at batch 1, 2): no server on this engine meets the SLO above ", md)
+        # Runs without the engine's batch costs (older summaries): no line.
+        self.assertNotIn("allowed", report.repeats([self.one("a1", {"kneepoint": 45})])[0])
+
     def test_a_cut_search_is_flagged_under_the_runs_table(self):
         def sysm(name, bracket, cut):
             return {"system": name, "capacity": {"ok_per_s": bracket[0], "offered_rps": bracket[0]},
