@@ -56,7 +56,13 @@
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
 # then spin on the cores the client and the engine need), PROFILE
 # (release), BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md
-# becomes docs/PERFORMANCE.md's generated section of this benchmark).
+# becomes docs/PERFORMANCE.md's generated section of this benchmark),
+# PERF (0; 1: Debian's `perf record` samples kp-if, all its threads, for
+# the whole of the long run, from CPU 0 at idle priority: perf-long.data,
+# and perf-long.txt with its samples by thread and shared object and the
+# hottest symbols of kp-if itself and the kernel — ONNX Runtime's library
+# is stripped: where the IF's time goes under load; the half-load phase
+# before it stays unprofiled).
 # Needs root, iproute2, tcpdump (without it: no per-request batch sizes or
 # overheads), 2 MiB hugepages and `make build models`.
 set -euo pipefail
@@ -100,6 +106,11 @@ for b in kp-engine-bench if-manager kp-if kp-client; do
   [[ -x "$bin/$b" ]] || die "no $bin/$b: run 'make build'"
 done
 have_tcpdump=1
+perf_on=${PERF:-0}
+[[ $perf_on == 0 || $perf_on == 1 ]] || die "PERF must be 0 or 1"
+if ((perf_on)); then
+  command -v perf >/dev/null || die "PERF=1 needs perf (Debian: apt-get install linux-perf)"
+fi
 command -v tcpdump >/dev/null || { have_tcpdump=0; echo "bench-if: no tcpdump: per-request batch sizes and overheads are skipped" >&2; }
 if_id=$(sed -n 's/^if_id *= *\([0-9]*\).*/\1/p' "$config")
 [[ -n "$if_id" ]] || die "no if_id in $config"
@@ -259,13 +270,39 @@ echo "{\"hugepages_free\": {\"before\": $memory_free_before, \"if_manager_up\": 
 memory rest "$kpif_pid" kp-if
 memory rest "$ifm_pid" if-manager
 
+# profile_start PHASE / profile_stop PHASE: with PERF=1, perf record of
+# kp-if (every thread) through the long run, then its report.
+profile_start() {
+  perf_pid=
+  ((perf_on)) && [[ $1 == long ]] || return 0
+  "${side[@]}" taskset -c "$client_cpu" perf record -q -F 999 -p "$kpif_pid" -o "$out/perf-$1.data" \
+    2>"$out/perf-$1.log" &
+  perf_pid=$!; pids+=("$perf_pid")
+  sleep 0.5
+}
+profile_stop() {
+  [[ -n ${perf_pid:-} ]] || return 0
+  kill -INT "$perf_pid" 2>/dev/null || true
+  stop "$perf_pid"
+  {
+    echo "# perf record -F 999 of kp-if through phase $1: samples by thread (pid:comm) and shared object"
+    perf report -i "$out/perf-$1.data" --stdio --no-children --sort pid,dso 2>/dev/null | grep -v '^#' | grep -v '^$'
+    echo "# the hottest symbols of kp-if and the kernel, by thread"
+    perf report -i "$out/perf-$1.data" --stdio --no-children --dsos "kp-if,[kernel.kallsyms]" --sort pid,sym \
+      --percent-limit 0.02 2>/dev/null | grep -v '^#' | grep -v '^$'
+  } >"$out/perf-$1.txt"
+  echo "bench-if: perf profile of kp-if: $out/perf-$1.txt" >&2
+}
+
 # phase PHASE ARGS...: capture, CPU snapshots and kp-client around one load.
 phase() {
   local name=$1; shift
   capture_start "$name"
+  profile_start "$name"
   machine "$name-start"
   client "$name" "$@"
   machine "$name-end"
+  profile_stop "$name"
   capture_stop "$name"
 }
 
