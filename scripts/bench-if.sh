@@ -61,8 +61,10 @@
 # the whole of the long run, from CPU 0 at idle priority: perf-long.data,
 # and perf-long.txt with its samples by thread and shared object and the
 # hottest symbols of kp-if itself and the kernel — ONNX Runtime's library
-# is stripped: where the IF's time goes under load; the half-load phase
-# before it stays unprofiled).
+# is stripped: where the IF's time goes under load. The sampling slows
+# the engine on a VM — resnet50's batch p50 86 ms profiled against 78 ms
+# not — so the long run's latencies are then the profiler's; the
+# half-load phase before it stays unprofiled).
 # Needs root, iproute2, tcpdump (without it: no per-request batch sizes or
 # overheads), 2 MiB hugepages and `make build models`.
 set -euo pipefail
