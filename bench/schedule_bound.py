@@ -78,15 +78,8 @@ def admit_if_on_time(arrivals, slo: float) -> list[bool]:
 def refused_fraction(load: float, slo: float, n: int = N, seed: int = SEED) -> float:
     """Share of requests `admit_if_on_time` refuses at load (arrival rate ×
     service time), slo in service times."""
-    free, refused = 0.0, 0
-    for u in unit_arrivals(n, seed):
-        t = u / load
-        end = (t if t > free else free) + 1.0
-        if end <= t + slo:
-            free = end
-        else:
-            refused += 1
-    return refused / n
+    admitted = admit_if_on_time((u / load for u in unit_arrivals(n, seed)), slo)
+    return 1.0 - sum(admitted) / n
 
 
 def late_fraction_fifo(load: float, slo: float, n: int = N, seed: int = SEED) -> float:
