@@ -20,8 +20,9 @@ mkdir -p "$out"
 # Only this run's estimates: criterion keeps a benchmark's last results.
 rm -rf "$target/criterion/if-manager"
 "${CARGO:-cargo}" bench --locked -p if-manager --bench classify
-"$py" bench/criterion_report.py "$target/criterion/if-manager" "$("$py" bench/host.py run-line "$repo")" \
-  "scripts/bench-classify.sh" >"$out/classify.md"
+"$py" bench/criterion_report.py --title "The sans-IO core per packet" \
+  --run-line "$("$py" bench/host.py run-line "$repo")" --command scripts/bench-classify.sh \
+  "$target/criterion/if-manager" >"$out/classify.md"
 echo
 cat "$out/classify.md"
 if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
