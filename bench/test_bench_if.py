@@ -390,6 +390,31 @@ class Phases(unittest.TestCase):
         self.assertEqual(L[6], "| inference (engine median at the request's batch size) p50 / p99 ms | - | - | - |")
         self.assertEqual(L[-2], "| if-manager / kp-client / everything else, % of a CPU | 3.8 / 7.5 / 0.0 | 3.8 / 7.5 / 0.0 "
                                 "| 3.8 / 7.5 / 0.0 |")
+        # With a low-load phase (LOW_LOAD_FRACTION), its column comes second.
+        low = dict(closed, client=dict(CLIENT, rate=16.2))
+        L = bench_if.latency_table({"duration_s": 20, "long_duration_s": 120, "load_fraction": 0.5,
+                                    "low_load_fraction": 0.1},
+                                   {"single": closed, "low": low, "half": opened, "long": opened})
+        self.assertEqual(L[1], "| latency | 1 outstanding (20 s) | 10% load (20 s) | 50% load (20 s) | 50% load (120 s) |")
+        self.assertEqual(L[2], "|---|---|---|---|---|")
+        self.assertEqual(L[3], "| offered / OK answers per s | closed / 4.0 | 16.2 / 4.0 | 81.3 / 4.0 | 81.3 / 4.0 |")
+
+
+class Targets(unittest.TestCase):
+    def test_each_target_met_or_not_with_its_figure(self):
+        sat = {"ratio_e2e_to_engine": 0.95, "ratio_e2e_to_engine_best": 0.935}
+        single = {"overhead_after_last_own_us": {"p50": 55.0, "p99": 191.0}}
+        low = {"overhead_after_last_own_engine_idle_us": {"p50": 101.0, "p99": 300.0}}
+        line = bench_if.targets({"sat": sat, "single": single, "low": low})[1]
+        self.assertIn("at the same batch mix **met** (0.950), at the engine's best batch size **not met** (0.935)", line)
+        self.assertIn("1 outstanding: **met** (55 / 191 µs)", line)
+        self.assertIn("low load, engine idle at arrival: **not met** (101 / 300 µs)", line)
+
+    def test_a_run_without_a_trace_misses_the_figure_and_without_low_load_leaves_it_out(self):
+        sat = {"ratio_e2e_to_engine": 0.96, "ratio_e2e_to_engine_best": 0.96}
+        line = bench_if.targets({"sat": sat, "single": {}})[1]
+        self.assertIn("1 outstanding: missing (no trace or capture)", line)
+        self.assertNotIn("low load", line)
 
 
 class Memory(unittest.TestCase):

@@ -17,7 +17,7 @@
 # (CLIENT_POLICY=normal) kp-client keeps CPU 0 for the whole ~0.5 ms in
 # which it sends a request's 147 fragments (the scheduler does not preempt
 # it for the if-manager's wake-ups), and the platform then met every
-# request as one burst that had already arrived (docs/PERFORMANCE.md,
+# request as one burst that had already arrived (docs/PERFORMANCE-JOURNAL.md,
 # "After the last fragment"). The engine alone (kp-engine-bench) is
 # pinned to the IF's CPU with the same threads.
 #
@@ -33,12 +33,16 @@
 #  4. saturation: closed loop, CONCURRENCY outstanding, after a WARMUP of
 #     the same load: OK answers per second, against the engine's images/s
 #     at the batch sizes the IF really used;
-#  5. half load: open loop (Poisson) at LOAD_FRACTION of the saturation
+#  5. low load: open loop (Poisson) at LOW_LOAD_FRACTION of the saturation
+#     rate for DURATION: the platform's own latency where requests rarely
+#     meet each other (issue 13's low-latency target: at one request
+#     outstanding and at <= 10% load);
+#  6. half load: open loop (Poisson) at LOAD_FRACTION of the saturation
 #     rate for DURATION: client RTT, platform latency (the answers'
 #     latency_us) and platform overhead = latency_us minus the engine's
 #     median time for a batch of the request's size, p50/p99;
-#  6. a long run at the same load for LONG_DURATION, then memory again.
-# In phases 3-6, tcpdump (headers only) records every answer on the
+#  7. a long run at the same load for LONG_DURATION, then memory again.
+# In phases 3-7, tcpdump (headers only) records every answer on the
 # client's interface (its batch_size and latency_us) and the first and last
 # fragment of every request on the platform's interface.
 # Raw results (JSON, JSON lines, CSV, pcap) go to target/bench/if/MODEL/;
@@ -50,13 +54,16 @@
 # batching policy waiting for full batches), AF_PACKET_FRAMES (8192: the
 # af_packet ring's frames; DPDK's default 512 lost datagrams), SLO_MS
 # (2000: generous, so saturation measures capacity rather than shedding),
-# LOAD_FRACTION (0.5), IF_CPU (1), KP_RX_CPU (IF_CPU), CLIENT_POLICY (idle, or normal),
+# LOAD_FRACTION (0.5), LOW_LOAD_FRACTION (0.1; 0 skips the low-load
+# phase), IF_CPU (1), KP_RX_CPU (IF_CPU), CLIENT_POLICY (idle, or normal),
 # IFM_TIMER_SLACK_US (unset: the kernel's 50 µs; 1 gives the if-manager
 # --timer-slack-us 1, exact back-off sleeps),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
 # then spin on the cores the client and the engine need), PROFILE
-# (release), BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md
-# becomes docs/PERFORMANCE.md's generated section of this benchmark),
+# (release), BENCH_IF_OUT (target/bench/if/MODEL: the run's folder,
+# emptied first), BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md
+# becomes docs/PERFORMANCE.md's generated section of this model,
+# bench-if-MODEL),
 # PERF (0; 1: Debian's `perf record` samples kp-if, all its threads, for
 # the whole of the long run, from CPU 0 at idle priority: perf-long.data,
 # and perf-long.txt with its samples by thread and shared object and the
@@ -82,6 +89,7 @@ max_batch=${MAX_BATCH:-8}
 concurrency=${CONCURRENCY:-$((4 * max_batch))}
 slo_ms=${SLO_MS:-2000}
 load_fraction=${LOAD_FRACTION:-0.5}
+low_load_fraction=${LOW_LOAD_FRACTION:-0.1}
 af_frames=${AF_PACKET_FRAMES:-8192}
 ifm_cpu=0
 if_cpu=${IF_CPU:-1}
@@ -117,7 +125,7 @@ command -v tcpdump >/dev/null || { have_tcpdump=0; echo "bench-if: no tcpdump: p
 if_id=$(sed -n 's/^if_id *= *\([0-9]*\).*/\1/p' "$config")
 [[ -n "$if_id" ]] || die "no if_id in $config"
 
-out="$repo/target/bench/if/$model"
+out=${BENCH_IF_OUT:-$repo/target/bench/if/$model}
 rm -rf "$out"
 mkdir -p "$out"
 prefix="kp-bif-$$"
@@ -228,7 +236,7 @@ engine_bench() {
 "$py" "$harness" meta "$out/meta.json" --repo "$repo" --model "$model" --if-id "$if_id" \
   --duration-s "$duration" --long-duration-s "$long_duration" --warmup-s "$warmup" \
   --engine-seconds "$engine_seconds" --max-batch "$max_batch" --concurrency "$concurrency" --slo-ms "$slo_ms" \
-  --load-fraction "$load_fraction" --threads "$threads" --if-manager-cpu "$ifm_cpu" --kp-if-cpu "$if_cpu" --kp-rx-cpu "$kp_rx_cpu" \
+  --load-fraction "$load_fraction" --low-load-fraction "$low_load_fraction" --threads "$threads" --if-manager-cpu "$ifm_cpu" --kp-if-cpu "$if_cpu" --kp-rx-cpu "$kp_rx_cpu" \
   --client-cpu "$client_cpu" --client-policy "${CLIENT_POLICY:-idle}" \
   --if-manager-timer-slack-us "${IFM_TIMER_SLACK_US:-}" --busy-poll "${BUSY_POLL:-0}" --tcpdump "$have_tcpdump"
 
@@ -238,7 +246,7 @@ machine engine-before-start
 engine_bench before
 machine engine-before-end
 
-echo "bench-if: [2/6] platform up, memory at rest" >&2
+echo "bench-if: [2/7] platform up, memory at rest" >&2
 eval "$("$repo/scripts/netns.sh" up "$net")"
 ctl="ipc://$out/ifm.sock"
 memory_free_before=$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)
@@ -308,11 +316,11 @@ phase() {
   capture_stop "$name"
 }
 
-echo "bench-if: [3/6] one request at a time (closed loop, 1 outstanding) for ${duration}s" >&2
+echo "bench-if: [3/7] one request at a time (closed loop, 1 outstanding) for ${duration}s" >&2
 client warmup1 --concurrency 1 --duration 2s
 phase single --concurrency 1 --duration "${duration}s"
 
-echo "bench-if: [4/6] saturation: closed loop, $concurrency outstanding, ${warmup}s warm-up + ${duration}s" >&2
+echo "bench-if: [4/7] saturation: closed loop, $concurrency outstanding, ${warmup}s warm-up + ${duration}s" >&2
 client warmup --concurrency "$concurrency" --duration "${warmup}s"
 phase sat --concurrency "$concurrency" --duration "${duration}s"
 memory after-saturation "$kpif_pid" kp-if
@@ -320,11 +328,18 @@ sat_rate=$("$py" "$harness" ok-rate "$out/client-sat.json")
 rate=$("$py" "$harness" offered-rate "$sat_rate" "$load_fraction") ||
   die "saturation served nothing (OK/s $sat_rate): see $out/client-sat.json"
 
-echo "bench-if: [5/6] half load: open loop $rate req/s (Poisson) for ${duration}s" >&2
+if [[ $low_load_fraction != 0 ]]; then
+  low_rate=$("$py" "$harness" offered-rate "$sat_rate" "$low_load_fraction") ||
+    die "the low-load rate ($low_load_fraction of $sat_rate OK/s) is under 0.5 req/s"
+  echo "bench-if: [5/7] low load: open loop $low_rate req/s (Poisson) for ${duration}s" >&2
+  phase low --rate "$low_rate" --duration "${duration}s"
+fi
+
+echo "bench-if: [6/7] half load: open loop $rate req/s (Poisson) for ${duration}s" >&2
 phase half --rate "$rate" --duration "${duration}s"
 memory after-half "$kpif_pid" kp-if
 
-echo "bench-if: [6/6] long run: $rate req/s for ${long_duration}s" >&2
+echo "bench-if: [7/7] long run: $rate req/s for ${long_duration}s" >&2
 phase long --rate "$rate" --duration "${long_duration}s"
 sleep 2
 memory after-long "$kpif_pid" kp-if
@@ -340,10 +355,10 @@ machine engine-after-end
 
 # Analysis: everything the phases wrote -> summary.json, CSVs, summary.md.
 "$py" "$harness" analyse "$out"
-# docs/PERFORMANCE.md's generated section, with BENCH_UPDATE_DOCS=1 (make
-# bench), its heading one level down.
+# docs/PERFORMANCE.md's generated section of this model (bench-if-MODEL),
+# with BENCH_UPDATE_DOCS=1 (make bench), its heading one level down.
 if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
   sed 's/^### /#### /' "$out/summary.md" >"$out/summary-docs.md"
-  "$py" "$repo/bench/docsection.py" bench-if scripts/bench-if.sh "$out/summary-docs.md" \
+  "$py" "$repo/bench/docsection.py" "bench-if-$model" scripts/bench-if.sh "$out/summary-docs.md" \
     "$repo/docs/PERFORMANCE.md" || true
 fi
