@@ -1,0 +1,132 @@
+"""Does the batching policy ever lose to batch 1? The report of
+scripts/bench-policy.sh (docs/PERFORMANCE.md, "Batching policy: does it
+ever lose to batch 1?"): scripts/bench-if.sh's saturation phase for four
+arms — the policy (batches up to 8) and batches of 1, each at 32 and at 4
+requests outstanding — over several alternated rounds, each arm's figures
+as median [smallest–largest] over its runs, and per concurrency the
+verdict: over three runs of each arm, the policy loses only where its spread of OK answers per second
+(over the same run's engine at batch 1, which no drift between runs can
+move) lies wholly below batch 1's, wins where wholly above. Standard
+library only; tested in bench/test_policy_report.py.
+
+    policy_report.py OUT RUN_LINE COMMAND   # OUT/*/summary.json -> markdown
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def figures(summary: dict) -> dict:
+    """One bench-if run's saturation figures: the arm (its max batch and
+    concurrency), OK answers/s, the mean batch, OK answers/s over the same
+    run's engine alone at batch 1 (images/s), the engine's time per image
+    at the batch mix over batch 1's inside the IF (kp-if's trace), the
+    share of the phase the engine sat idle with a request complete, and
+    the policy's waits over the run."""
+    meta, sat = summary["meta"], summary["phases"]["sat"]
+    batch1_per_s = 1000.0 / float(summary["engine_ref_ms"]["1"])
+    return {
+        "max_batch": int(meta["max_batch"]), "concurrency": int(meta["concurrency"]), "git": meta["git"],
+        "ok_per_s": sat["ok_per_s"], "mean_batch": sat.get("mean_batch"),
+        "ok_vs_engine_b1": sat["ok_per_s"] / batch1_per_s,
+        "mix_vs_b1": sat.get("engine_own_per_image_mix_vs_batch1"),
+        "idle_complete": sat.get("engine_idle_with_request_complete_fraction"),
+        "waits": ((summary.get("kp_if_final") or {}).get("batching") or {}).get("waits"),
+    }
+
+
+def spread(xs: list) -> tuple[float, float, float] | None:
+    """Median, smallest and largest of the values present; None if none."""
+    v = [x for x in xs if x is not None]
+    return (statistics.median(v), min(v), max(v)) if v else None
+
+
+def cell(xs: list, fmt: str, scale: float = 1.0, unit: str = "") -> str:
+    s = spread(xs)
+    if s is None:
+        return "-"
+    m, lo, hi = (x * scale for x in s)
+    return f"{m:{fmt}}{unit} [{lo:{fmt}}–{hi:{fmt}}]"
+
+
+RUNS_FOR_A_VERDICT = 3
+
+
+def verdict(policy: list[float], batch1: list[float]) -> str:
+    """The policy against batch 1 on the same figure: a loss or a win only
+    over RUNS_FOR_A_VERDICT runs of each, where the spreads do not overlap."""
+    if min(len(policy), len(batch1)) < RUNS_FOR_A_VERDICT:
+        return f"is not judged: a verdict needs {RUNS_FOR_A_VERDICT} runs of each arm"
+    if max(policy) < min(batch1):
+        return "**loses**: its spread lies below batch 1's"
+    if min(policy) > max(batch1):
+        return "wins: its spread lies above batch 1's"
+    return "does not lose: the spreads overlap"
+
+
+def markdown(runs: list[dict], run_line: str, command: str) -> str:
+    """The report: one row per arm, then per concurrency the policy against
+    batch 1, and the target (never loses to batch 1) met or not."""
+    arms: dict[tuple[int, int], list[dict]] = {}
+    for r in runs:
+        arms.setdefault((r["concurrency"], r["max_batch"]), []).append(r)
+    rounds = max((len(v) for v in arms.values()), default=0)
+    L = [f"#### The batching policy against batches of 1 ({run_line})", "",
+         f"`{command}`: {rounds} round(s) of four arms alternated, saturation (closed loop) of each; "
+         "median [smallest–largest] over the runs of an arm.", "",
+         "| saturation | runs | OK answers/s | mean batch | OK/s ÷ the run's engine at batch 1 "
+         "| engine per image in the IF, batch mix ÷ batch 1 | engine idle with a request complete "
+         "| policy's waits per run |",
+         "|---|---|---|---|---|---|---|---|"]
+    for (conc, mb), rs in sorted(arms.items(), key=lambda kv: (-kv[0][0], -kv[0][1])):
+        name = f"{'policy (max batch ' + str(mb) + ')' if mb > 1 else 'batch 1'}, {conc} outstanding"
+        L.append(f"| {name} | {len(rs)} | {cell([r['ok_per_s'] for r in rs], '.1f')} "
+                 f"| {cell([r['mean_batch'] for r in rs], '.2f')} "
+                 f"| {cell([r['ok_vs_engine_b1'] for r in rs], '.3f')} "
+                 f"| {cell([r['mix_vs_b1'] for r in rs], '.3f') if mb > 1 else '1'} "
+                 f"| {cell([r['idle_complete'] for r in rs], '.2f', 100, '%')} "
+                 f"| {cell([r['waits'] for r in rs], '.0f')} |")
+    L.append("")
+    losses, judged, unjudged = [], [], []
+    for conc in sorted({c for c, _ in arms}, reverse=True):
+        pol = [r["ok_vs_engine_b1"] for (c, mb), rs in arms.items() if c == conc and mb > 1 for r in rs]
+        one = [r["ok_vs_engine_b1"] for (c, mb), rs in arms.items() if c == conc and mb == 1 for r in rs]
+        if not pol or not one:
+            continue
+        v = verdict(pol, one)
+        (unjudged if v.startswith("is not judged") else judged).append(conc)
+        if v.startswith("**loses"):
+            losses.append(conc)
+        L.append(f"- {conc} outstanding: the policy's OK/s ÷ the engine at batch 1 is "
+                 f"{statistics.median(pol) / statistics.median(one):.3f} of batch 1's (medians); it {v}.")
+    target = "Target (issue 13, item 1): the policy never loses to batch 1:"
+    if losses:
+        L += ["", f"{target} **not met** (loses at {', '.join(map(str, losses))} outstanding)."]
+    elif unjudged or not judged:
+        L += ["", f"{target} not judged (fewer than {RUNS_FOR_A_VERDICT} runs of an arm)."]
+    else:
+        L += ["", f"{target} **met**."]
+    commits = sorted({r["git"] for r in runs})
+    L += ["", f"Binaries of {', '.join(commits)}."]
+    return "\n".join(L) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out, run_line, command = argv
+    runs = [figures(json.loads(p.read_text())) for p in sorted(Path(out).glob("*/summary.json"))]
+    if not runs:
+        print(f"policy_report: no */summary.json under {out}", file=sys.stderr)
+        return 1
+    sys.stdout.write(markdown(runs, run_line, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
