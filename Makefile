@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build python models test test-models demo demo-offline bench bench-peers chaos overload fuzz miri gpu-bundle gpu-check gpu-platform-bundle gpu-platform gpu-all lint fmt clean
+.PHONY: all setup build python models test test-models demo demo-offline bench bench-platform bench-peers chaos overload fuzz miri gpu-bundle gpu-check gpu-platform-bundle gpu-platform gpu-all lint fmt clean
 
 all: build
 
@@ -91,23 +91,32 @@ demo-offline: build
 	$(PYTHON) scripts/prepare_models.py --out models --only squeezenet,resnet50
 	scripts/demo-offline.sh
 
-# Everything docs/PERFORMANCE.md reports, in one run (as root; about 45 min
-# before the side by side, which takes most of a day: see bench-peers):
-# the if-manager's packet rate, the IFs against their engine, switchover
-# gaps and self-tuning, kp-gateway's own cost (~2 min), and kneepoint side by side with Triton Inference
-# Server and Ray Serve (bench/bench.py installs them into .venv-peers/ the
-# first time; BENCH_MODELS, BENCH_SYSTEMS and the rest: see its --help).
+# Everything docs/PERFORMANCE.md reports, in one run (as root): the
+# platform's benchmarks (bench-platform), then kneepoint side by side with
+# Triton Inference Server and Ray Serve (bench-peers: bench/bench.py
+# installs them into .venv-peers/ the first time; BENCH_MODELS,
+# BENCH_SYSTEMS and the rest: see its --help), which takes most of a day.
 # Each script writes its report into its generated section of
 # docs/PERFORMANCE.md (BENCH_UPDATE_DOCS=1; run alone, they leave the docs).
-# `make bench-peers` runs only the side by side.
-bench: build models
+bench: bench-platform bench-peers
+
+# The platform's benchmarks, each writing its section: the if-manager's
+# packet rate, its idle CPU, the IF against its engine (squeezenet, then
+# resnet50 with longer phases), the batching policy against batches of 1,
+# switchover gaps, self-tuning and switchovers as clients see them, the
+# Python client against kp-client, kp-gateway's own cost, and the criterion
+# benches of the packet classifier and the input conversion.
+bench-platform: build models python
 	BENCH_UPDATE_DOCS=1 scripts/bench-if-manager.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-idle.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-if.sh
+	BENCH_UPDATE_DOCS=1 MODEL=resnet50 DURATION=60 scripts/bench-if.sh
+	BENCH_UPDATE_DOCS=1 scripts/bench-policy.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-orchestrator.sh
+	BENCH_UPDATE_DOCS=1 bench/bench_client_all.sh
 	BENCH_UPDATE_DOCS=1 bench/bench_gateway.sh --rounds 5 --duration 5 --rate 50
 	BENCH_UPDATE_DOCS=1 CARGO=$(CARGO) scripts/bench-classify.sh
-	$(MAKE) bench-peers
+	BENCH_UPDATE_DOCS=1 CARGO=$(CARGO) scripts/bench-layout.sh
 
 # BENCH_REPEATS runs (3), from K = BENCH_REPEAT_FROM (1), each model of
 # BENCH_MODELS (squeezenet,resnet50) on its own into
