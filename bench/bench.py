@@ -198,7 +198,7 @@ def floats(s: str) -> list[float]:
 #   queued after that batch ends until the *next* request arrives, and then
 #   rejected: 165 ms at 3 req/s, 500 ms under load, 25% of the requests
 #   rejected at half the engine's rate against none without the policy
-#   (docs/PERFORMANCE.md, "Triton's queue policy"). Kept to measure it.
+#   (docs/PERFORMANCE-JOURNAL.md, "Triton's queue policy"). Kept to measure it.
 TRITON_QUEUE_POLICIES = ("none", "reject")
 
 
@@ -1267,7 +1267,7 @@ def peer_max_batch(engine: list[dict], slo_ms: float, cap: int, gain: float = PE
     `gain`. A cap the peers' batchers merely reach under load, where
     batches are no faster per image, costs them their tail: on the 2-CPU
     VM Triton's squeezenet capacity was 31.7 req/s with a cap of 8 and 44.0
-    with 1 (docs/PERFORMANCE.md). kneepoint needs no such tuning, its
+    with 1 (docs/PERFORMANCE-JOURNAL.md). kneepoint needs no such tuning, its
     policy picks each batch's size under the SLO."""
     rows = [r for r in engine if int(r["batch"]) <= cap and float(r["median_ms"]) <= slo_ms / 2]
     one = batch_1(engine, "images_per_s")

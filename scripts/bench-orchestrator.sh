@@ -121,7 +121,7 @@ impact_margin_ms=${IMPACT_MARGIN_MS:-10}
 # Seconds between the impact phase's switchovers: on a machine where the
 # shadow loads its model on the cores the active serves on, back-to-back
 # re-provisions keep one loading all the time, and "all the others" are no
-# calm baseline (docs/PERFORMANCE.md).
+# calm baseline (docs/PERFORMANCE-JOURNAL.md).
 impact_settle=${IMPACT_SETTLE:-5}
 cap_concurrency=${CAP_CONCURRENCY:-8}
 cap_s=${CAP_S:-10}

@@ -106,7 +106,7 @@ pub struct Args {
     /// slack; the kernel's default is 50). 1 makes its 10 µs first sleep
     /// last 10 µs rather than up to 60: a request's fragments then wait
     /// less in the kernel's ring on a core the if-manager shares, at the
-    /// price of more wake-ups under load (docs/PERFORMANCE.md, "After the
+    /// price of more wake-ups under load (docs/PERFORMANCE-JOURNAL.md, "After the
     /// last fragment").
     #[arg(long, value_name = "US", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub timer_slack_us: Option<u64>,

@@ -25,7 +25,7 @@
 //! instead (`runtime::handover::Doorbell`), which the if-manager rings at a
 //! request's first and last fragment. A clock-driven sleep woke it dozens
 //! of times per request for fragments that complete nothing (~3 µs of CPU
-//! per fragment against ~0.8 µs with the doorbell: docs/PERFORMANCE.md).
+//! per fragment against ~0.8 µs with the doorbell: docs/PERFORMANCE-JOURNAL.md).
 //! On a core it shares with the engine it also weighs who needs the core
 //! (`runtime::FragmentIdle`): while a batch runs it dozes as soon as its
 //! ring is empty, and while the engine sleeps and a request is arriving it
@@ -46,7 +46,7 @@
 //! so the 10 µs first sleep lasts up to 60 µs. `if-manager
 //! --timer-slack-us 1` makes them exact, which on a core shared with
 //! other work lets a request's fragments wait less in the kernel's ring,
-//! at the price of more wake-ups under load (docs/PERFORMANCE.md, "After
+//! at the price of more wake-ups under load (docs/PERFORMANCE-JOURNAL.md, "After
 //! the last fragment").
 //!
 //! The if-manager does not pay for that where the engine is busy: it
@@ -109,7 +109,7 @@ pub enum IdleWait {
 /// (monotonic ns, `IfControl::answer_window`; open 0: no batch runs)
 /// until [`ANSWER_SPIN_MAX`] after it closes. Waking a dozing if-manager
 /// through the TX doorbell costs the inference thread a futex wake and the
-/// answer the if-manager's wake-up: ~50 µs on a VM (docs/PERFORMANCE.md).
+/// answer the if-manager's wake-up: ~50 µs on a VM (docs/PERFORMANCE-JOURNAL.md).
 /// A window long past is ignored (the batch runs long, or the hint is
 /// stale): its answers ring the doorbell.
 pub fn doze_before_answers(
@@ -145,7 +145,7 @@ const WINDOW_SAMPLES: usize = 32;
 const WINDOW_MIN_SAMPLES: usize = 8;
 /// An engine idle this long before a batch starts it cold: its caches
 /// and the CPU's clocks have moved on, and it runs 16–22% slower than
-/// back to back (kp-engine-bench `--gap-ms`, docs/PERFORMANCE.md).
+/// back to back (kp-engine-bench `--gap-ms`, docs/PERFORMANCE-JOURNAL.md).
 pub const COLD_AFTER: Duration = Duration::from_millis(1);
 
 /// An IF's record of how far its batches end from the policy's
@@ -280,7 +280,7 @@ pub const ARRIVING_FOR: Duration = Duration::from_micros(200);
 /// sent ~9 fragments per default sleep; exact sleeps through whole
 /// 147-fragment requests took a third of that core at one request
 /// outstanding and slowed such a client's sending threefold
-/// (docs/PERFORMANCE.md).
+/// (docs/PERFORMANCE-JOURNAL.md).
 pub const ARRIVING_TAIL: u16 = 32;
 
 /// The timer slack of a poll loop's sleeps while a request arrives for an
@@ -322,7 +322,7 @@ impl ArrivalWatch {
 /// (`--timer-slack-us`, or the kernel's 50 µs): a request that will queue
 /// behind a running batch gains nothing from an exact sleep, and under load
 /// exact sleeps cost the loop's core several times the wake-ups
-/// (docs/PERFORMANCE.md). Never more than `base`.
+/// (docs/PERFORMANCE-JOURNAL.md). Never more than `base`.
 pub fn sleep_slack(arriving: bool, engine_busy: bool, base: Duration) -> Duration {
     if arriving && !engine_busy {
         HURRY_SLACK.min(base)

@@ -12,8 +12,9 @@
 //! `none`, `cpu_cores`); `orchestrator --probe` only looks
 //! ([`probe_mps`]).
 //!
-//! Measured on an H100 (docs/PERFORMANCE.md): with the daemon running, a
-//! bf16 GEMM ran at 790, 275 and 89 TFLOP/s at 100, 30 and 10%.
+//! Measured on an H200 by the knee sweep (docs/PERFORMANCE.md, "GPU
+//! shares"): with the daemon running, 10% gave a process 12 of the 132 SMs
+//! and vgg19 10–15% of its full-GPU throughput.
 
 use std::path::Path;
 use std::process::{Command, Stdio};

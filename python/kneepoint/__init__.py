@@ -112,7 +112,7 @@ PictureLike: TypeAlias = "np.ndarray | str | os.PathLike[str] | PILImage"
 #: softmax). Frozen; also a 3-tuple ``(class_id, label, score)`` as far as
 #: indexing, unpacking, ``len`` and equality go. Made by the native module,
 #: like :class:`Answer`: building them in Python cost ~30 µs per answer
-#: with the interpreter's caches cold after a wait (docs/PERFORMANCE.md).
+#: with the interpreter's caches cold after a wait (docs/PERFORMANCE-JOURNAL.md).
 Prediction = _native.Prediction
 
 #: A status-OK answer with everything the platform says about it (frozen):

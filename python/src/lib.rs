@@ -146,8 +146,8 @@ fn client_error(py: Python<'_>, e: &ClientError) -> PyErr {
 /// to top_k of these, and on the closed-loop path the interpreter's code
 /// for a Python dataclass and five `NamedTuple`s runs with cold caches
 /// (the caller slept through the inference): measured at ~30 µs p50 per
-/// answer on the live platform against a few µs made here (docs/
-/// PERFORMANCE.md, "Client libraries").
+/// answer on the live platform against a few µs made here
+/// (docs/PERFORMANCE-JOURNAL.md, "Client libraries").
 #[pyclass(frozen, get_all, module = "kneepoint", name = "Prediction")]
 #[derive(Debug)]
 struct PyPrediction {
@@ -343,7 +343,7 @@ fn buffer_of(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
 /// `PyBuffer_ToContiguous` reads the same memory under the GIL), without
 /// the intermediate copy that would then be cut into datagrams: cutting a
 /// 224x224x3 array straight into the datagrams saves a 150 KB copy into
-/// cold memory per request (docs/PERFORMANCE.md, "Client libraries").
+/// cold memory per request (docs/PERFORMANCE-JOURNAL.md, "Client libraries").
 #[allow(unsafe_code)]
 fn contiguous_bytes<'a>(_py: Python<'a>, buf: &'a PyBuffer<u8>) -> Option<&'a [u8]> {
     if !buf.is_c_contiguous() {

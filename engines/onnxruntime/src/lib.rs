@@ -46,7 +46,7 @@
 //! whole batch's compute at every start (squeezenet at 32 on the 2-CPU
 //! EPYC VM: ~350 ms of a core, taken from the active IF when a shadow
 //! starts on its cores) to save ~90 ms once, at the first batch of 32 if
-//! one ever comes (docs/PERFORMANCE.md, orchestrator section).
+//! one ever comes (docs/PERFORMANCE-JOURNAL.md, orchestrator section).
 //!
 //! # Devices
 //!

@@ -264,7 +264,7 @@ pub const SIZE_STALE_NS: u64 = 1_000_000_000;
 /// the engine can give. The per-size estimates are averages of a few noisy
 /// batches (±2–3% on the 2-CPU VM); on an engine where no size beats
 /// batch 1 by more than that, choosing the best estimate ran whichever
-/// size the noise favoured (docs/PERFORMANCE.md, issue 13).
+/// size the noise favoured (docs/PERFORMANCE-JOURNAL.md, issue 13).
 pub const BEST_MARGIN: f64 = 0.02;
 
 /// Batches behind the tail factor ([`BatchStats::tail_factor`]): the last

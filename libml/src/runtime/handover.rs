@@ -27,7 +27,7 @@
 //!    requests stay queued for its own inference thread, which finishes
 //!    them.
 //! 3. `S` takes `owner` (acquire), reads the keys, notes the time: the gap
-//!    is from `A`'s release to `S`'s first dequeue (docs/PERFORMANCE.md:
+//!    is from `A`'s release to `S`'s first dequeue (docs/PERFORMANCE-JOURNAL.md:
 //!    p50 71 µs on two shared cores under load).
 //! 4. For the grace period, `S` forwards every fragment of a request `A`
 //!    has in flight, as is, onto `A`'s *hand-back ring*; `A` keeps
@@ -115,7 +115,7 @@ pub const CONTROL_BYTES: usize = (w::KEYS + 2 * MAX_HANDOVER_KEYS) * 8;
 /// fragment thread woken by a clock, on a core it shares with inference,
 /// pays a context switch (tens of µs on a VM) per wake-up, most of them for
 /// fragments that complete nothing; woken by the doorbell it wakes about
-/// twice per request (docs/PERFORMANCE.md, "The fragment thread's CPU per
+/// twice per request (docs/PERFORMANCE-JOURNAL.md, "The fragment thread's CPU per
 /// fragment"). Inside an IF the same doorbell, over two words of its own,
 /// wakes the inference thread when the fragment thread completes requests.
 #[derive(Clone, Copy, Debug)]
@@ -178,7 +178,7 @@ impl<'a> Doorbell<'a> {
 /// answer then leaves as soon as it is enqueued rather than when the
 /// if-manager's sleep ends: after a batch of several milliseconds the
 /// if-manager is nearly always asleep, and an answer waited a quarter of a
-/// millisecond on average for it (docs/PERFORMANCE.md). Received packets
+/// millisecond on average for it (docs/PERFORMANCE-JOURNAL.md). Received packets
 /// still wait for the end of the doze: a poll-mode port has no doorbell.
 #[derive(Debug)]
 pub struct TxBell {

@@ -265,7 +265,7 @@ pub fn serve(
     // need not preempt its waker, and the inference thread then waits for
     // the fragment thread's next polls (13 µs p50 from a request's
     // completion to its batch's start at one request in flight, 5–7 µs
-    // with the yield: docs/PERFORMANCE.md). With nothing else runnable
+    // with the yield: docs/PERFORMANCE-JOURNAL.md). With nothing else runnable
     // there a yield returns at once.
     let yield_on_handover = match (kp_os::affinity::current_thread_cpus(), &cfg.inference_cpus) {
         (Ok(mine), Some(theirs)) => mine.iter().any(|c| theirs.contains(c)),

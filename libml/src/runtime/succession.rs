@@ -67,7 +67,7 @@ pub const DOZE_ASSEMBLING: Duration = Duration::from_millis(1);
 /// pass through as they arrive, rather than waiting in the ring for its
 /// last one, which rang the thread awake to work through all of them:
 /// ~0.8 µs each, 120 µs for a 147-fragment image after its last fragment
-/// (docs/PERFORMANCE.md, "After the last fragment"). Fragments of one
+/// (docs/PERFORMANCE-JOURNAL.md, "After the last fragment"). Fragments of one
 /// request arrive microseconds apart; a client that pauses longer mid-
 /// request is waited for by the doze, as before.
 pub const SPIN_ASSEMBLING: Duration = Duration::from_micros(200);
