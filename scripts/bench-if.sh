@@ -4,7 +4,10 @@
 # IF's resident and hugepage memory at rest and after a long run.
 #
 #   scripts/bench-if.sh                 # squeezenet, about 5 minutes
-#   MODEL=resnet50 DURATION=60 scripts/bench-if.sh
+#   MODEL=resnet50 DURATION=60 SLO_MS=5000 scripts/bench-if.sh
+#
+# (resnet50's saturation queues 32 requests for ~2.5 s: with the default 2 s
+# SLO the IF would refuse most of them at once and the closed loop spin.)
 #
 # Machine layout (2 CPUs): the if-manager's lcore on CPU 0; kp-if's EAL
 # lcore (its fragment thread) on CPU $KP_RX_CPU, by default the inference
