@@ -2,7 +2,7 @@
 # their own for a benchmark run from the client namespace. A veth pair
 # between two network namespaces (scripts/netns.sh), the if-manager on it
 # (lcore 0 on core 0) and one kp-if serving models/$MODEL (its configured
-# SLO, free on both cores) in the platform namespace.
+# SLO, or KP_IF_SLO_MS; free on both cores) in the platform namespace.
 #
 # Set before sourcing: BENCH (the script's name, for messages and the DPDK
 # file prefix), BENCH_NS (a short prefix of the namespaces' names) and
@@ -39,6 +39,6 @@ ip netns exec "$PLATFORM_NS" "$T/if-manager" --control "ipc://$D/ifm.sock" --ip 
 IFM=$!
 wait_for "$D/ifm.err" "if-manager: ready"
 ip netns exec "$PLATFORM_NS" "$T/kp-if" --model "models/$MODEL/config.toml" --control "ipc://$D/ifm.sock" \
-  -- --lcores "1@(0-1)" "${EAL[@]}" --proc-type secondary >"$D/if.out" 2>"$D/if.err" &
+  ${KP_IF_SLO_MS:+--slo-ms "$KP_IF_SLO_MS"} -- --lcores "1@(0-1)" "${EAL[@]}" --proc-type secondary >"$D/if.out" 2>"$D/if.err" &
 IF=$!
 wait_for "$D/if.err" "kp-if: ready"
