@@ -19,6 +19,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from report import spread
+
 
 def figures(summary: dict) -> dict:
     """One bench-if run's saturation figures: the arm (its max batch and
@@ -39,17 +41,13 @@ def figures(summary: dict) -> dict:
     }
 
 
-def spread(xs: list) -> tuple[float, float, float] | None:
-    """Median, smallest and largest of the values present; None if none."""
-    v = [x for x in xs if x is not None]
-    return (statistics.median(v), min(v), max(v)) if v else None
-
-
 def cell(xs: list, fmt: str, scale: float = 1.0, unit: str = "") -> str:
-    s = spread(xs)
+    """Median [smallest–largest] of the values present (report.spread), each
+    times scale; "-" if none."""
+    s = spread([x for x in xs if x is not None])
     if s is None:
         return "-"
-    m, lo, hi = (x * scale for x in s)
+    m, lo, hi = (s[k] * scale for k in ("median", "min", "max"))
     return f"{m:{fmt}}{unit} [{lo:{fmt}}–{hi:{fmt}}]"
 
 
