@@ -10,21 +10,5 @@
 # Env: CARGO (cargo), CARGO_TARGET_DIR (target), BENCH_UPDATE_DOCS (0; 1, as
 # `make bench` sets it, writes classify.md into the docs).
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$repo"
-target=${CARGO_TARGET_DIR:-$repo/target}
-out="$repo/build/bench"
-py="$repo/.venv/bin/python"
-[[ -x $py ]] || py=python3
-mkdir -p "$out"
-# Only this run's estimates: criterion keeps a benchmark's last results.
-rm -rf "$target/criterion/if-manager"
-"${CARGO:-cargo}" bench --locked -p if-manager --bench classify
-"$py" bench/criterion_report.py --title "The sans-IO core per packet" \
-  --run-line "$("$py" bench/host.py run-line "$repo")" --command scripts/bench-classify.sh \
-  "$target/criterion/if-manager" >"$out/classify.md"
-echo
-cat "$out/classify.md"
-if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
-  "$py" bench/docsection.py bench-classify scripts/bench-classify.sh "$out/classify.md" docs/PERFORMANCE.md || true
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/criterion-section.sh"
+criterion_section if-manager classify "The sans-IO core per packet" bench-classify classify if-manager

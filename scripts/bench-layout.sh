@@ -10,22 +10,5 @@
 # Env: CARGO (cargo), CARGO_TARGET_DIR (target), BENCH_UPDATE_DOCS (0; 1, as
 # `make bench` sets it, writes layout.md into the docs).
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-cd "$repo"
-target=${CARGO_TARGET_DIR:-$repo/target}
-out="$repo/build/bench"
-py="$repo/.venv/bin/python"
-[[ -x $py ]] || py=python3
-mkdir -p "$out"
-# Only this run's estimates: criterion keeps a benchmark's last results.
-groups=("$target/criterion/fragment" "$target/criterion/request")
-rm -rf "${groups[@]}"
-"${CARGO:-cargo}" bench --locked -p libml --bench layout
-"$py" bench/criterion_report.py --title "Input conversion on copy" \
-  --run-line "$("$py" bench/host.py run-line "$repo")" --command scripts/bench-layout.sh \
-  "${groups[@]}" >"$out/layout.md"
-echo
-cat "$out/layout.md"
-if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
-  "$py" bench/docsection.py bench-layout scripts/bench-layout.sh "$out/layout.md" docs/PERFORMANCE.md || true
-fi
+source "$(dirname "${BASH_SOURCE[0]}")/criterion-section.sh"
+criterion_section libml layout "Input conversion on copy" bench-layout layout fragment request

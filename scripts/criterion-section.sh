@@ -1,0 +1,34 @@
+# Sourced by scripts/bench-classify.sh and scripts/bench-layout.sh: run one
+# criterion bench and render its estimates as docs/PERFORMANCE.md's
+# generated section.
+#
+#   criterion_section PACKAGE BENCH TITLE SECTION NAME GROUP...
+#
+# Clears target/criterion/GROUP (criterion keeps a benchmark's last
+# results), runs `cargo bench -p PACKAGE --bench BENCH`, renders the groups
+# with bench/criterion_report.py into build/bench/NAME.md and, with
+# BENCH_UPDATE_DOCS=1 (as `make bench` sets it), writes that into the
+# SECTION markers of docs/PERFORMANCE.md. Env: CARGO (cargo),
+# CARGO_TARGET_DIR (target).
+criterion_section() {
+  local package=$1 bench=$2 title=$3 section=$4 name=$5; shift 5
+  local repo target out py g groups=()
+  repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  target=${CARGO_TARGET_DIR:-$repo/target}
+  out="$repo/build/bench"
+  py="$repo/.venv/bin/python"
+  [[ -x $py ]] || py=python3
+  for g in "$@"; do groups+=("$target/criterion/$g"); done
+  mkdir -p "$out"
+  rm -rf "${groups[@]}"
+  (cd "$repo" && "${CARGO:-cargo}" bench --locked -p "$package" --bench "$bench")
+  "$py" "$repo/bench/criterion_report.py" --title "$title" \
+    --run-line "$("$py" "$repo/bench/host.py" run-line "$repo")" --command "scripts/bench-$name.sh" \
+    "${groups[@]}" >"$out/$name.md"
+  echo
+  cat "$out/$name.md"
+  if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
+    "$py" "$repo/bench/docsection.py" "$section" "scripts/bench-$name.sh" "$out/$name.md" \
+      "$repo/docs/PERFORMANCE.md" || true
+  fi
+}
