@@ -102,7 +102,9 @@ bench: bench-platform bench-peers
 
 # The platform's benchmarks, each writing its section: the if-manager's
 # packet rate, its idle CPU, the IF against its engine (squeezenet, then
-# resnet50 with longer phases and an SLO its saturated queue fits in), the batching policy against batches of 1,
+# resnet50 with longer phases and an SLO its saturated queue fits in; each
+# with all of kp-if on the inference core, then as designed, its fragment
+# thread on the network side's CPU), the batching policy against batches of 1,
 # switchover gaps, self-tuning and switchovers as clients see them, the
 # Python client against kp-client, kp-gateway's own cost, and the criterion
 # benches of the packet classifier and the input conversion.
@@ -110,7 +112,9 @@ bench-platform: build models python
 	BENCH_UPDATE_DOCS=1 scripts/bench-if-manager.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-idle.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-if.sh
+	BENCH_UPDATE_DOCS=1 KP_RX_CPU=0 scripts/bench-if.sh
 	BENCH_UPDATE_DOCS=1 MODEL=resnet50 DURATION=60 SLO_MS=5000 scripts/bench-if.sh
+	BENCH_UPDATE_DOCS=1 KP_RX_CPU=0 MODEL=resnet50 DURATION=60 SLO_MS=5000 scripts/bench-if.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-policy.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-orchestrator.sh
 	BENCH_UPDATE_DOCS=1 bench/bench_client_all.sh

@@ -562,7 +562,7 @@ def p50_p99_us(d: Optional[dict]) -> str:
 
 
 def engine_table(meta: dict, eng: dict) -> list[str]:
-    return [f"### {meta['model']}: engine alone vs end to end\n",
+    return [f"### {meta['model']}: engine alone vs end to end ({layout(meta)})\n",
             f"{meta['cpu']}, {meta['nproc']} CPUs, git {meta['git']}; load average at start {' '.join(meta['loadavg_at_start'])}; "
             f"if-manager on CPU {meta['cpus']['if_manager']}, kp-if's inference thread on CPU {meta['cpus']['kp_if']} "
             f"and its fragment thread on CPU {meta['cpus'].get('kp_if_fragment_thread', meta['cpus']['kp_if'])} "

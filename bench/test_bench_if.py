@@ -226,6 +226,14 @@ class Engine(unittest.TestCase):
                                                 "threads": 1, "max_batch": 8, "slo_ms": 2000}, eng)[-2:],
                          ["| 1 | 4.00 / 4.20 | 4.50 / 4.60 | 250.0 / 238.1 |",
                           "| 2 | 7.00 / 7.50 | 8.00 / 8.20 | 285.7 / 266.7 |"])
+        # The heading names the layout: the fragment thread with the engine
+        # or, as designed, on the network side's CPU.
+        meta = {"model": "m", "cpu": "X", "nproc": 2, "git": "abc", "loadavg_at_start": ["1", "2", "3"],
+                "cpus": {"if_manager": 0, "kp_if": 1, "client": 0}, "threads": 1, "max_batch": 8, "slo_ms": 2000}
+        self.assertEqual(bench_if.engine_table(meta, eng)[0],
+                         "### m: engine alone vs end to end (all on the inference core)\n")
+        meta["cpus"]["kp_if_fragment_thread"] = 0
+        self.assertEqual(bench_if.engine_table(meta, eng)[0], "### m: engine alone vs end to end (as designed)\n")
 
 
 def snapshot(t, busy0, busy1, kp_if=None, ifm=None):

@@ -48,7 +48,7 @@
 # In phases 3-7, tcpdump (headers only) records every answer on the
 # client's interface (its batch_size and latency_us) and the first and last
 # fragment of every request on the platform's interface.
-# Raw results (JSON, JSON lines, CSV, pcap) go to target/bench/if/MODEL/;
+# Raw results (JSON, JSON lines, CSV, pcap) go to $BENCH_IF_OUT;
 # a markdown summary is printed and written there (summary.md).
 #
 # Env: MODEL (squeezenet), DURATION (20 s), LONG_DURATION (120 s),
@@ -63,10 +63,11 @@
 # --timer-slack-us 1, exact back-off sleeps),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
 # then spin on the cores the client and the engine need), PROFILE
-# (release), BENCH_IF_OUT (target/bench/if/MODEL: the run's folder,
-# emptied first), BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md
-# becomes docs/PERFORMANCE.md's generated section of this model,
-# bench-if-MODEL),
+# (release), BENCH_IF_OUT (target/bench/if/MODEL, or MODEL-as-designed
+# when KP_RX_CPU is not IF_CPU: the run's folder, emptied first),
+# BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md becomes
+# docs/PERFORMANCE.md's generated section of this run, bench-if-MODEL or
+# bench-if-MODEL-as-designed),
 # PERF (0; 1: Debian's `perf record` samples kp-if, all its threads, for
 # the whole of the long run, from CPU 0 at idle priority: perf-long.data,
 # and perf-long.txt with its samples by thread and shared object and the
@@ -128,7 +129,11 @@ command -v tcpdump >/dev/null || { have_tcpdump=0; echo "bench-if: no tcpdump: p
 if_id=$(sed -n 's/^if_id *= *\([0-9]*\).*/\1/p' "$config")
 [[ -n "$if_id" ]] || die "no if_id in $config"
 
-out=${BENCH_IF_OUT:-$repo/target/bench/if/$model}
+# The run's name: the model, and "-as-designed" when the fragment thread
+# runs off the inference core (its folder and its section of the docs).
+run_name=$model
+[[ $kp_rx_cpu == "$if_cpu" ]] || run_name=$model-as-designed
+out=${BENCH_IF_OUT:-$repo/target/bench/if/$run_name}
 rm -rf "$out"
 mkdir -p "$out"
 prefix="kp-bif-$$"
@@ -358,10 +363,11 @@ machine engine-after-end
 
 # Analysis: everything the phases wrote -> summary.json, CSVs, summary.md.
 "$py" "$harness" analyse "$out"
-# docs/PERFORMANCE.md's generated section of this model (bench-if-MODEL),
-# with BENCH_UPDATE_DOCS=1 (make bench), its heading one level down.
+# docs/PERFORMANCE.md's generated section of this run (bench-if-MODEL, or
+# bench-if-MODEL-as-designed), with BENCH_UPDATE_DOCS=1 (make bench), its
+# heading one level down.
 if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
   sed 's/^### /#### /' "$out/summary.md" >"$out/summary-docs.md"
-  "$py" "$repo/bench/docsection.py" "bench-if-$model" scripts/bench-if.sh "$out/summary-docs.md" \
+  "$py" "$repo/bench/docsection.py" "bench-if-$run_name" scripts/bench-if.sh "$out/summary-docs.md" \
     "$repo/docs/PERFORMANCE.md" || true
 fi
