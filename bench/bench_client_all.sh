@@ -26,9 +26,10 @@ out=build/bench/client
 rounds=${ROUNDS:-5} duration=${DURATION:-3}
 mkdir -p "$out"
 rm -f "$out"/*.log "$out"/*.json build/bench/client.md
+slo_ms=${KP_IF_SLO_MS:-2000}
 summaries=()
 for c in ${CLIENT_CONCURRENCIES:-1 2 4 8}; do
-  KP_IF_SLO_MS=${KP_IF_SLO_MS:-2000} bench/bench_client.sh --concurrency "$c" --rounds "$rounds" \
+  KP_IF_SLO_MS=$slo_ms bench/bench_client.sh --concurrency "$c" --rounds "$rounds" \
     --duration "$duration" | tee "$out/$c.log"
   tail -n 1 "$out/$c.log" >"$out/$c.json"
   if ! "$py" -c 'import json, sys; json.load(open(sys.argv[1]))["concurrency"]' "$out/$c.json" 2>/dev/null; then
@@ -38,7 +39,7 @@ for c in ${CLIENT_CONCURRENCIES:-1 2 4 8}; do
   summaries+=("$out/$c.json")
 done
 "$py" bench/client_report.py --run-line "$("$py" bench/host.py run-line .)" \
-  --command "KP_IF_SLO_MS=${KP_IF_SLO_MS:-2000} bench/bench_client.sh --concurrency C --rounds $rounds --duration $duration" \
+  --command "KP_IF_SLO_MS=$slo_ms bench/bench_client.sh --concurrency C --rounds $rounds --duration $duration" \
   "${summaries[@]}" >build/bench/client.md
 echo
 cat build/bench/client.md

@@ -565,7 +565,7 @@ def engine_table(meta: dict, eng: dict) -> list[str]:
     return [f"### {meta['model']}: engine alone vs end to end ({layout(meta)})\n",
             f"{meta['cpu']}, {meta['nproc']} CPUs, git {meta['git']}; load average at start {' '.join(meta['loadavg_at_start'])}; "
             f"if-manager on CPU {meta['cpus']['if_manager']}, kp-if's inference thread on CPU {meta['cpus']['kp_if']} "
-            f"and its fragment thread on CPU {meta['cpus'].get('kp_if_fragment_thread', meta['cpus']['kp_if'])} "
+            f"and its fragment thread on CPU {fragment_thread_cpu(meta)} "
             f"({meta['threads']} intra-op thread, "
             f"max batch {meta['max_batch']}, SLO {meta['slo_ms']} ms), kp-client + tcpdump on CPU {meta['cpus']['client']}"
             f"{' at idle priority' if meta.get('client_policy') == 'idle' else ''}"
@@ -810,13 +810,18 @@ def analyse(out: str) -> str:
 
 # --- command line ---------------------------------------------------------------------
 
+def fragment_thread_cpu(meta: dict) -> int:
+    """The CPU kp-if's fragment thread ran on (runs recorded before it
+    could move: the inference thread's)."""
+    cpus = meta["cpus"]
+    return cpus.get("kp_if_fragment_thread", cpus["kp_if"])
+
+
 def layout(meta: dict) -> str:
     """Where kp-if's fragment thread ran: with the engine (all of kp-if's
     per-request work on the inference core) or on another CPU (kneepoint
     as designed: reassembly and conversion with the network side)."""
-    cpus = meta["cpus"]
-    frag = cpus.get("kp_if_fragment_thread", cpus["kp_if"])
-    return "all on the inference core" if frag == cpus["kp_if"] else "as designed"
+    return "all on the inference core" if fragment_thread_cpu(meta) == meta["cpus"]["kp_if"] else "as designed"
 
 
 def commits(metas: list[dict]) -> str:

@@ -19,7 +19,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from report import spread
+from report import spread, spread_text
 
 
 def figures(summary: dict) -> dict:
@@ -41,14 +41,10 @@ def figures(summary: dict) -> dict:
     }
 
 
-def cell(xs: list, fmt: str, scale: float = 1.0, unit: str = "") -> str:
-    """Median [smallest–largest] of the values present (report.spread), each
-    times scale; "-" if none."""
-    s = spread([x for x in xs if x is not None])
-    if s is None:
-        return "-"
-    m, lo, hi = (s[k] * scale for k in ("median", "min", "max"))
-    return f"{m:{fmt}}{unit} [{lo:{fmt}}–{hi:{fmt}}]"
+def cell(xs: list, nd: int, scale: float = 1.0, unit: str = "") -> str:
+    """Median [smallest–largest] of the values present, each times scale,
+    nd decimals (report.spread_text); "-" if none."""
+    return spread_text(spread([x * scale for x in xs if x is not None]), nd, unit)
 
 
 RUNS_FOR_A_VERDICT = 3
@@ -82,12 +78,12 @@ def markdown(runs: list[dict], run_line: str, command: str) -> str:
          "|---|---|---|---|---|---|---|---|"]
     for (conc, mb), rs in sorted(arms.items(), key=lambda kv: (-kv[0][0], -kv[0][1])):
         name = f"{'policy (max batch ' + str(mb) + ')' if mb > 1 else 'batch 1'}, {conc} outstanding"
-        L.append(f"| {name} | {len(rs)} | {cell([r['ok_per_s'] for r in rs], '.1f')} "
-                 f"| {cell([r['mean_batch'] for r in rs], '.2f')} "
-                 f"| {cell([r['ok_vs_engine_b1'] for r in rs], '.3f')} "
-                 f"| {cell([r['mix_vs_b1'] for r in rs], '.3f') if mb > 1 else '1'} "
-                 f"| {cell([r['idle_complete'] for r in rs], '.2f', 100, '%')} "
-                 f"| {cell([r['waits'] for r in rs], '.0f')} |")
+        L.append(f"| {name} | {len(rs)} | {cell([r['ok_per_s'] for r in rs], 1)} "
+                 f"| {cell([r['mean_batch'] for r in rs], 2)} "
+                 f"| {cell([r['ok_vs_engine_b1'] for r in rs], 3)} "
+                 f"| {cell([r['mix_vs_b1'] for r in rs], 3) if mb > 1 else '1'} "
+                 f"| {cell([r['idle_complete'] for r in rs], 2, 100, '%')} "
+                 f"| {cell([r['waits'] for r in rs], 0)} |")
     L.append("")
     losses, judged, unjudged = [], [], []
     for conc in sorted({c for c, _ in arms}, reverse=True):

@@ -381,7 +381,9 @@ def spread(values: list[float]) -> dict | None:
     return {"median": med, "min": v[0], "max": v[-1], "n": len(v)}
 
 
-def _sp(x: dict | None, nd: int = 1, unit: str = "") -> str:
+def spread_text(x: dict | None, nd: int = 1, unit: str = "") -> str:
+    """A spread (see `spread`) as "median [smallest–largest]", nd decimals,
+    unit after the median; "-" for none."""
     if not x:
         return "-"
     return f"{x['median']:.{nd}f}{unit} [{x['min']:.{nd}f}–{x['max']:.{nd}f}]"
@@ -539,8 +541,8 @@ def repeats_markdown(runs: list[dict]) -> str:
         theirs = [r for r in runs if any(m["model"] == row["model"] for m in r["models"])]
         mine = "; ".join(f"{r['meta'].get('started', '?')} at {r['meta'].get('git', '?')}" for r in theirs)
         machines = list(dict.fromkeys(machine(r) for r in theirs))
-        L += [f"#### {row['model']} (SLO {_sp(row['slo_ms'], 1, ' ms')}; engine limit "
-              f"{_sp(row['engine_limit'])} images/s)", "",
+        L += [f"#### {row['model']} (SLO {spread_text(row['slo_ms'], 1, ' ms')}; engine limit "
+              f"{spread_text(row['engine_limit'])} images/s)", "",
               f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: {mine}; on {' and '.join(machines)}.", ""]
         # A model's runs are one record only if they measured one commit
         # (each model's series may be of its own commit).
@@ -553,17 +555,17 @@ def repeats_markdown(runs: list[dict]) -> str:
                   "their speeds, which widens the spreads; each ratio is of one run on one machine.**", ""]
         L += ["| system | capacity: OK req/s with p99 ≤ SLO | peak: OK req/s, saturated |", "|---|---|---|"]
         for s in systems:
-            cap = _sp(row["capacity"][s])
+            cap = spread_text(row["capacity"][s])
             if row["below"][s]:
                 cap = (f"{cap}; " if row["capacity"][s] else "") + (
-                    f"no level met the SLO in {row['below'][s]['n']} of the runs: below {_sp(row['below'][s])}")
+                    f"no level met the SLO in {row['below'][s]['n']} of the runs: below {spread_text(row['below'][s])}")
             cut = row["cut"][s]
             if cut:
                 finite = [w for w in cut if math.isfinite(w)]
                 cap += (f"; not resolved in {len(cut)} of the runs (time budget; bracket "
                         + (f"{100 * min(finite):.1f}–{100 * max(finite):.1f}% wide" if finite else "open")
                         + (", open in some" if finite and len(finite) < len(cut) else "") + ")")
-            L.append(f"| {NAMES.get(s, s)} | {cap} | {_sp(row['peak'][s])} |")
+            L.append(f"| {NAMES.get(s, s)} | {cap} | {spread_text(row['peak'][s])} |")
         L.append("")
     L += ["### What the runs say (generated)", ""]
     for row in reps:
@@ -575,7 +577,7 @@ def repeats_markdown(runs: list[dict]) -> str:
                           "needs"}[c["verdict"]]
             bound = " (the peer met the SLO at no level, down to the rate it is divided by)"
             line = (f"- {row['model']}: {c['kneepoint']} / {NAMES[c['peer']]} = "
-                    f"{'at least ' if c['at_least'] else ''}{_sp(c['ratio'], 2, '×')}"
+                    f"{'at least ' if c['at_least'] else ''}{spread_text(c['ratio'], 2, '×')}"
                     f"{bound if c['at_least'] else ''}, {how}")
             if c["target"] is not None:
                 line += (f"; the issue's target (a median ≥ {c['target']:g}× and a win) is "
@@ -598,15 +600,15 @@ def repeats_markdown(runs: list[dict]) -> str:
         if a:
             L.append(f"- {row['model']}: what the engine allows (a simulation, bench/schedule_bound.py, from each "
                      f"run's engine medians at batch {', '.join(map(str, a['batches']))}): no server on this engine "
-                     f"meets the SLO above {_sp(a['bound_per_s'])} req/s offered "
-                     f"({_sp(a['bound_of_limit'], 2)} of the engine limit), whatever it batches or refuses"
-                     + (f"; kneepoint's capacity is {_sp(a['kneepoint_of_bound'], 2)} of that" if a["kneepoint_of_bound"]
+                     f"meets the SLO above {spread_text(a['bound_per_s'])} req/s offered "
+                     f"({spread_text(a['bound_of_limit'], 2)} of the engine limit), whatever it batches or refuses"
+                     + (f"; kneepoint's capacity is {spread_text(a['kneepoint_of_bound'], 2)} of that" if a["kneepoint_of_bound"]
                         else "")
                      + f". An ideal FIFO server at batch 1 that refuses nothing (Triton at a cap of 1 without "
-                     f"overheads of its own) meets it up to {_sp(a['fifo_per_s'])} req/s"
-                     + (f" (Triton's capacity is {_sp(a['triton_of_fifo'], 2)} of that)" if a["triton_of_fifo"]
+                     f"overheads of its own) meets it up to {spread_text(a['fifo_per_s'])} req/s"
+                     + (f" (Triton's capacity is {spread_text(a['triton_of_fifo'], 2)} of that)" if a["triton_of_fifo"]
                         else "")
-                     + f": no server's capacity is more than {_sp(a['bound_over_fifo'], 2, '×')} that ideal "
+                     + f": no server's capacity is more than {spread_text(a['bound_over_fifo'], 2, '×')} that ideal "
                      f"FIFO's.")
     return "\n".join(L) + "\n"
 

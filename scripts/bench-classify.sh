@@ -11,4 +11,4 @@
 # `make bench` sets it, writes classify.md into the docs).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/criterion-section.sh"
-criterion_section if-manager classify "The sans-IO core per packet" bench-classify classify if-manager
+criterion_section if-manager classify "The sans-IO core per packet" if-manager

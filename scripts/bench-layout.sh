@@ -11,4 +11,4 @@
 # `make bench` sets it, writes layout.md into the docs).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/criterion-section.sh"
-criterion_section libml layout "Input conversion on copy" bench-layout layout fragment request
+criterion_section libml layout "Input conversion on copy" fragment request
