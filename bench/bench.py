@@ -107,6 +107,10 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_SCOUT_REQUESTS (300: a scout's window lasts long enough for this
     many requests, 3 s to BENCH_SCOUT_MAX_S (30); 0: no scouts, the sweep
     and bisection run on full levels) BENCH_SCOUT_RESOLUTION (0.04)
+  BENCH_START (none: MODEL.SYSTEM=LO:HI,...: offered req/s where that
+    system's full levels start, as from scouts (capacity_search.confirm:
+    LO first, then HI, walking away from either if it disagrees, then
+    bisection), e.g. the brackets of earlier runs; no scouts for it)
   BENCH_POINTS (0.5: fractions of the capacity, a full level each)
   BENCH_PEAK (1.2: a last level at this fraction of the engine limit, for
     each system's saturated goodput; 0 skips it)
@@ -189,6 +193,26 @@ def floats(s: str) -> list[float]:
     return [float(x) for x in s.split(",") if x.strip()]
 
 
+def start_brackets(s: str) -> dict[str, list[float]]:
+    """BENCH_START: "MODEL.SYSTEM=LO:HI,..." -> {"MODEL.SYSTEM": [LO, HI]},
+    offered req/s with 0 < LO < HI; anything else is refused."""
+    out: dict[str, list[float]] = {}
+    for item in (x.strip() for x in s.split(",")):
+        if not item:
+            continue
+        key, _, span = item.partition("=")
+        model, _, system = key.strip().partition(".")
+        try:
+            lo, hi = (float(v) for v in span.split(":"))
+        except ValueError:
+            lo = hi = math.nan
+        if not model or system not in SYSTEMS or not 0 < lo < hi:
+            raise SystemExit(f"BENCH_START: {item!r}: expected MODEL.SYSTEM=LO:HI with SYSTEM one of "
+                             f"{', '.join(SYSTEMS)} and 0 < LO < HI (offered req/s)")
+        out[f"{model}.{system}"] = [lo, hi]
+    return out
+
+
 # How Triton may shed (BENCH_TRITON_QUEUE_POLICY, with BENCH_PEER_SHED=1):
 # - "none": no queue policy, Triton queues every request (the default);
 # - "reject": the dynamic batcher's default_queue_policy REJECTs a request
@@ -261,6 +285,9 @@ class Settings:
         self.scout_requests = env("BENCH_SCOUT_REQUESTS", S(300, 0), int)
         self.scout_max_s = env("BENCH_SCOUT_MAX_S", 30.0, float)
         self.scout_resolution = env("BENCH_SCOUT_RESOLUTION", 0.04, float)
+        # Where a system's full levels start instead of from its scouts
+        # (BENCH_START), keyed "MODEL.SYSTEM".
+        self.start = start_brackets(env("BENCH_START", ""))
         self.points = floats(env("BENCH_POINTS", S("0.5", "0.25,0.5")))
         self.peak = env("BENCH_PEAK", S(1.2, 0.0), float)
         self.connections = env("BENCH_CONNECTIONS", S(64, 8), int)
@@ -843,8 +870,12 @@ class Runner:
             return self.run_level(rate, phase, label(rate))["meets_slo"]
 
         full = capacity_search.budgeted(level, s.search_budget_s, time.monotonic)
+        start = s.start.get(f"{self.m['name']}.{self.sys.name}")
         try:
-            if s.scout_requests > 0:
+            if start:
+                capacity_search.confirm(full, (start[0], start[1]), s.resolution, s.refine, max(sweep),
+                                        floor=capacity_search.lowest(sweep))
+            elif s.scout_requests > 0:
                 def scout(rate: float, phase: str) -> bool:
                     return self.run_level(rate, "scout", f"{phase} {label(rate)}")["meets_slo"]
 
@@ -965,6 +996,17 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
     return md
 
 
+def start_text(start: dict[str, list[float]]) -> str:
+    """The method's sentence for BENCH_START ("" without it)."""
+    if not start:
+        return ""
+    spans = "; ".join(f"{key.split('.', 1)[0]} {report.NAMES.get(key.split('.', 1)[1], key)} {lo:g} / {hi:g}"
+                      for key, (lo, hi) in sorted(start.items()))
+    return (f" Where a bracket was given (BENCH_START, offered req/s: {spans}), that system's full levels "
+            "start there instead of from scouts: its lower end first, then its upper end, walking away from "
+            "either where a level disagrees, then bisection; only this run's levels decide.")
+
+
 def render_report(meta: dict, models: list[dict], s: Settings, docs: Path, out: Path | None = None) -> str:
     """A run's report.md from its summary (summary.json's "meta" and
     "models"), drawing each model's plot into DOCS (and OUT) and setting
@@ -1043,6 +1085,7 @@ def header_markdown(meta: dict, s: Settings) -> str:
          + (f" Scouts of one window (≥ {s.scout_requests} requests, {SCOUT_MIN_S:g}–{s.scout_max_s:g} s) "
             f"first bracket it within {100 * s.scout_resolution:g}%; they only say where the levels start "
             "(capacity_search.py) and are not in the results." if s.scout_requests > 0 else "")
+         + start_text(getattr(s, "start", {}))
          + (f" Then a level at {', '.join(f'{100 * p:g}%' for p in s.points)} of the capacity" if s.points else "")
          + (f"{' and' if s.points else ' Then'} one at {s.peak:g}× the engine limit (peak)." if s.peak > 0
             else "."),

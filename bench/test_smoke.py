@@ -236,3 +236,24 @@ class Combine(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class StartBrackets(unittest.TestCase):
+    """BENCH_START: where a system's full levels start instead of scouts."""
+
+    def test_parses_model_system_brackets(self):
+        self.assertEqual(bench.start_brackets(" resnet50.kneepoint=5.9:6.7, resnet50.ray=3.7:4.4 "),
+                         {"resnet50.kneepoint": [5.9, 6.7], "resnet50.ray": [3.7, 4.4]})
+        self.assertEqual(bench.start_brackets(""), {})
+
+    def test_refuses_what_is_not_a_bracket(self):
+        for bad in ("resnet50.kneepoint=6.7:5.9", "resnet50.kneepoint=0:1", "resnet50.nginx=1:2",
+                    "kneepoint=1:2", "resnet50.kneepoint=1", "resnet50.kneepoint=a:b", ".triton=1:2"):
+            with self.subTest(bad=bad), self.assertRaises(SystemExit):
+                bench.start_brackets(bad)
+
+    def test_the_method_says_where_levels_started(self):
+        self.assertEqual(bench.start_text({}), "")
+        text = bench.start_text({"resnet50.triton": [5.2, 5.9], "resnet50.kneepoint": [5.9, 6.7]})
+        self.assertIn("resnet50 kneepoint 5.9 / 6.7; resnet50 Triton 5.2 / 5.9", text)
+        self.assertIn("instead of from scouts", text)
