@@ -1070,8 +1070,9 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"({s.connections} connections; Triton: KServe v2 binary tensor; Ray: raw body). Latency is the "
          "client's round trip, from the request's scheduled time.",
          f"- **Levels**: windows of {s.window_s:.3g}–{s.window_max_s:g} s (≥ {s.window_requests} requests), "
-         f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
-         f"the OK rate is the mean of the last three, the latency percentiles are over all their requests together. Warm-up {s.warmup_s:g} s per system. A level meets the "
+         + (f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
+            if s.max_windows > s.min_windows else f"{s.min_windows} per level; ")
+         + f"the OK rate is the mean of the last three, the latency percentiles are over all their requests together. Warm-up {s.warmup_s:g} s per system. A level meets the "
          "SLO when p99 ≤ SLO, ≤ 1% of requests failed (non-OK answer, e.g. kneepoint's OVERLOADED, or none "
          "in time). Latency percentiles count every request sent, a failed one as later than any OK answer "
          "(for every system alike; ∞: the percentile falls among the failures). ✗ marks a point that misses "
