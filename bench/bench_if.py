@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import resource
@@ -171,6 +172,14 @@ def meta(a: argparse.Namespace) -> dict:
 def ok_rate(client: dict) -> float:
     """A kp-client report's OK answers per second over its answer span."""
     return client["status"]["ok"] / client["answer_span_s"]
+
+
+def low_load_seconds(duration_s: float, requests: int, rate: float) -> int:
+    """How long the low-load phase runs: DURATION, or longer where that
+    many seconds at `rate` would send fewer than `requests` (LOW_REQUESTS),
+    so that its p99 is not one of a handful of requests (resnet50's 10%
+    load is ~1.3 req/s: 75 requests in 60 s, their p99 their maximum)."""
+    return max(math.ceil(duration_s), math.ceil(requests / rate) if rate > 0 else 0)
 
 
 def offered_rate(ok_per_s: float, fraction: float) -> float:
@@ -608,6 +617,7 @@ def saturation_table(meta: dict, sat: dict) -> list[str]:
 LATENCY_ROWS = [
     ("offered / OK answers per s", lambda p: f"{p['client']['rate'] or 0:.1f} / {p['ok_per_s']:.1f}"
      if p["client"]["rate"] else f"closed / {p['ok_per_s']:.1f}"),
+    ("requests sent", lambda p: f"{p['client'].get('sent', '-')}"),
     ("client RTT p50 / p99 ms", lambda p: p50_p99(p["client"]["rtt_us"])),
     ("platform latency (answers' latency_us) p50 / p99 ms", lambda p: p50_p99(p["client"]["platform_latency_us"])),
     ("inference (engine median at the request's batch size) p50 / p99 ms", lambda p: p50_p99(p.get("inference_us"))),
@@ -645,9 +655,13 @@ LATENCY_ROWS = [
 def latency_table(meta: dict, phases: dict) -> list[str]:
     """1 outstanding, low load (where the run had it), half load and the
     long run side by side."""
+    def seconds(p: dict) -> str:  # what the phase ran (LOW_REQUESTS lengthens the low-load one)
+        s = p["client"].get("send_duration_s")
+        return f"{round(s)}" if s else f"{meta['duration_s']}"
+
     cols = [("single", f"1 outstanding ({meta['duration_s']} s)")]
     if "low" in phases:
-        cols.append(("low", f"{meta['low_load_fraction']:.0%} load ({meta['duration_s']} s)"))
+        cols.append(("low", f"{meta['low_load_fraction']:.0%} load ({seconds(phases['low'])} s)"))
     cols += [("half", f"{meta['load_fraction']:.0%} load ({meta['duration_s']} s)"),
              ("long", f"{meta['load_fraction']:.0%} load ({meta['long_duration_s']} s)")]
     return ["", "| latency | " + " | ".join(h for _, h in cols) + " |", "|---" * (len(cols) + 1) + "|"] + [
@@ -683,7 +697,8 @@ def targets(phases: dict) -> list[str]:
             out.append(f"last fragment in → answer out − own engine time, {where}: missing (no trace or capture)")
             continue
         out.append(f"last fragment in → answer out − own engine time ≤ {p50_max:.0f} / {p99_max:.0f} µs (p50 / p99), "
-                   f"{where}: {met(q['p50'] <= p50_max and q['p99'] <= p99_max)} ({q['p50']:.0f} / {q['p99']:.0f} µs)")
+                   f"{where}: {met(q['p50'] <= p50_max and q['p99'] <= p99_max)} ({q['p50']:.0f} / {q['p99']:.0f} µs"
+                   + (f" over {q['n']} requests)" if q.get("n") else ")"))
     return ["", "Targets (issue 13): " + "; ".join(out) + "."]
 
 
@@ -905,6 +920,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("cmd", nargs=argparse.REMAINDER)
     s = sub.add_parser("ok-rate", help="a kp-client report's OK answers per second")
     s.add_argument("report")
+    s = sub.add_parser("low-load-seconds", help="the low-load phase's seconds: DURATION, or long enough "
+                       "for REQUESTS at RATE")
+    s.add_argument("duration_s", type=float)
+    s.add_argument("requests", type=int)
+    s.add_argument("rate", type=float)
     s = sub.add_parser("offered-rate", help="OK_RATE x FRACTION, 0.1 resolution; fails below 0.5")
     s.add_argument("ok_rate", type=float)
     s.add_argument("fraction", type=float)
@@ -937,6 +957,8 @@ def main() -> int:
         print("\n".join((refusal_rows if a.refusals else saturation_rows)(groups)))
     elif a.command == "ok-rate":
         print(ok_rate(read_json(a.report)))
+    elif a.command == "low-load-seconds":
+        print(low_load_seconds(a.duration_s, a.requests, a.rate))
     elif a.command == "offered-rate":
         rate = offered_rate(a.ok_rate, a.fraction)
         print(rate)

@@ -269,7 +269,7 @@ def row(req, batch, lat, t, busy, span=None):
             "t_ns": t, "frag_span_us": span, "engine_busy_at_arrival_us": busy}
 
 
-CLIENT = {"status": {"ok": 40, "overloaded": 2, "internal": 0}, "answer_span_s": 10.0, "unanswered": 1,
+CLIENT = {"status": {"ok": 40, "overloaded": 2, "internal": 0}, "answer_span_s": 10.0, "unanswered": 1, "sent": 43,
           "rate": None, "rtt_us": {"p50": 9120, "p99": 17330}, "platform_latency_us": {"p50": 6040, "p99": 11480}}
 
 
@@ -394,29 +394,39 @@ class Phases(unittest.TestCase):
                                    {"single": closed, "half": opened, "long": opened})
         self.assertEqual(L[1], "| latency | 1 outstanding (20 s) | 50% load (20 s) | 50% load (120 s) |")
         self.assertEqual(L[3], "| offered / OK answers per s | closed / 4.0 | 81.3 / 4.0 | 81.3 / 4.0 |")
-        self.assertIn("| **platform overhead = latency_us − inference** p50 / p99 ms | **1.00 / 2.35** |", L[7])
-        self.assertEqual(L[6], "| inference (engine median at the request's batch size) p50 / p99 ms | - | - | - |")
+        self.assertEqual(L[4], f"| requests sent | {CLIENT['sent']} | {CLIENT['sent']} | {CLIENT['sent']} |")
+        self.assertIn("| **platform overhead = latency_us − inference** p50 / p99 ms | **1.00 / 2.35** |", L[8])
+        self.assertEqual(L[7], "| inference (engine median at the request's batch size) p50 / p99 ms | - | - | - |")
         self.assertEqual(L[-2], "| if-manager / kp-client / everything else, % of a CPU | 3.8 / 7.5 / 0.0 | 3.8 / 7.5 / 0.0 "
                                 "| 3.8 / 7.5 / 0.0 |")
         # With a low-load phase (LOW_LOAD_FRACTION), its column comes second.
-        low = dict(closed, client=dict(CLIENT, rate=16.2))
+        # Its header says how long it ran (LOW_REQUESTS may lengthen it).
+        low = dict(closed, client=dict(CLIENT, rate=16.2, send_duration_s=61.7))
         L = bench_if.latency_table({"duration_s": 20, "long_duration_s": 120, "load_fraction": 0.5,
                                     "low_load_fraction": 0.1},
                                    {"single": closed, "low": low, "half": opened, "long": opened})
-        self.assertEqual(L[1], "| latency | 1 outstanding (20 s) | 10% load (20 s) | 50% load (20 s) | 50% load (120 s) |")
+        self.assertEqual(L[1], "| latency | 1 outstanding (20 s) | 10% load (62 s) | 50% load (20 s) | 50% load (120 s) |")
         self.assertEqual(L[2], "|---|---|---|---|---|")
         self.assertEqual(L[3], "| offered / OK answers per s | closed / 4.0 | 16.2 / 4.0 | 81.3 / 4.0 | 81.3 / 4.0 |")
+
+
+class LowLoadSeconds(unittest.TestCase):
+    def test_duration_or_long_enough_for_the_requests(self):
+        self.assertEqual(bench_if.low_load_seconds(20, 1000, 14.5), 69)   # squeezenet's 10%: longer
+        self.assertEqual(bench_if.low_load_seconds(60, 1000, 1.3), 770)   # resnet50's: much longer
+        self.assertEqual(bench_if.low_load_seconds(20, 1000, 80.0), 20)   # DURATION already sends more
+        self.assertEqual(bench_if.low_load_seconds(20, 0, 1.3), 20)       # LOW_REQUESTS=0: DURATION
 
 
 class Targets(unittest.TestCase):
     def test_each_target_met_or_not_with_its_figure(self):
         sat = {"ratio_e2e_to_engine": 0.95, "ratio_e2e_to_engine_best": 0.935}
         single = {"overhead_after_last_own_us": {"p50": 55.0, "p99": 191.0}}
-        low = {"overhead_after_last_own_engine_idle_us": {"p50": 101.0, "p99": 300.0}}
+        low = {"overhead_after_last_own_engine_idle_us": {"p50": 101.0, "p99": 300.0, "n": 75}}
         line = bench_if.targets({"sat": sat, "single": single, "low": low})[1]
         self.assertIn("at the same batch mix **met** (0.950), at the engine's best batch size **not met** (0.935)", line)
         self.assertIn("1 outstanding: **met** (55 / 191 µs)", line)
-        self.assertIn("low load, engine idle at arrival: **not met** (101 / 300 µs)", line)
+        self.assertIn("low load, engine idle at arrival: **not met** (101 / 300 µs over 75 requests)", line)
 
     def test_a_run_without_a_trace_misses_the_figure_and_without_low_load_leaves_it_out(self):
         sat = {"ratio_e2e_to_engine": 0.96, "ratio_e2e_to_engine_best": 0.96}
