@@ -683,10 +683,13 @@ def targets(phases: dict) -> list[str]:
     def met(ok: bool) -> str:
         return "**met**" if ok else "**not met**"
 
+    def down(x: float) -> str:  # 0.9499 is "0.949": a figure that misses never reads as the target
+        return f"{math.floor(x * 1000 + 1e-9) / 1000:.3f}"
+
     sat = phases["sat"]
     out = [f"end to end / engine ≥ {E2E_TARGET}: at the same batch mix {met(sat['ratio_e2e_to_engine'] >= E2E_TARGET)} "
-           f"({sat['ratio_e2e_to_engine']:.3f}), at the engine's best batch size "
-           f"{met(sat['ratio_e2e_to_engine_best'] >= E2E_TARGET)} ({sat['ratio_e2e_to_engine_best']:.3f})"]
+           f"({down(sat['ratio_e2e_to_engine'])}), at the engine's best batch size "
+           f"{met(sat['ratio_e2e_to_engine_best'] >= E2E_TARGET)} ({down(sat['ratio_e2e_to_engine_best'])})"]
     p50_max, p99_max = AFTER_LAST_TARGET_US
     for phase, key, where in (("single", "overhead_after_last_own_us", "1 outstanding"),
                               ("low", "overhead_after_last_own_engine_idle_us", "low load, engine idle at arrival")):

@@ -428,6 +428,12 @@ class Targets(unittest.TestCase):
         self.assertIn("1 outstanding: **met** (55 / 191 µs)", line)
         self.assertIn("low load, engine idle at arrival: **not met** (101 / 300 µs over 75 requests)", line)
 
+    def test_a_ratio_just_below_the_target_never_reads_as_it(self):
+        sat = {"ratio_e2e_to_engine": 0.949877, "ratio_e2e_to_engine_best": 0.9418}
+        line = bench_if.targets({"sat": sat})[1]
+        self.assertIn("at the same batch mix **not met** (0.949), at the engine's best batch size **not met** (0.941)",
+                      line)
+
     def test_a_run_without_a_trace_misses_the_figure_and_without_low_load_leaves_it_out(self):
         sat = {"ratio_e2e_to_engine": 0.96, "ratio_e2e_to_engine_best": 0.96}
         line = bench_if.targets({"sat": sat, "single": {}})[1]
