@@ -873,7 +873,7 @@ class Runner:
         start = s.start.get(f"{self.m['name']}.{self.sys.name}")
         try:
             if start:
-                capacity_search.confirm(full, (start[0], start[1]), s.resolution, s.refine, max(sweep),
+                capacity_search.confirm(full, tuple(start), s.resolution, s.refine, max(sweep),
                                         floor=capacity_search.lowest(sweep))
             elif s.scout_requests > 0:
                 def scout(rate: float, phase: str) -> bool:
@@ -1000,8 +1000,8 @@ def start_text(start: dict[str, list[float]]) -> str:
     """The method's sentence for BENCH_START ("" without it)."""
     if not start:
         return ""
-    spans = "; ".join(f"{key.split('.', 1)[0]} {report.NAMES.get(key.split('.', 1)[1], key)} {lo:g} / {hi:g}"
-                      for key, (lo, hi) in sorted(start.items()))
+    spans = "; ".join(f"{model} {report.NAMES.get(system, system)} {lo:g} / {hi:g}"
+                      for (model, _, system), (lo, hi) in sorted((k.partition("."), v) for k, v in start.items()))
     return (f" Where a bracket was given (BENCH_START, offered req/s: {spans}), that system's full levels "
             "start there instead of from scouts: its lower end first, then its upper end, walking away from "
             "either where a level disagrees, then bisection; only this run's levels decide.")

@@ -37,9 +37,10 @@
 #     the same load: OK answers per second, against the engine's images/s
 #     at the batch sizes the IF really used;
 #  5. low load: open loop (Poisson) at LOW_LOAD_FRACTION of the saturation
-#     rate for DURATION, or longer for LOW_REQUESTS requests: the platform's
-#     own latency where requests rarely meet each other (issue 13's low-latency target: at one request
-#     outstanding and at <= 10% load);
+#     rate for DURATION, or longer for LOW_REQUESTS requests: the
+#     platform's own latency where requests rarely meet each other (issue
+#     13's low-latency target: at one request outstanding and at <= 10%
+#     load);
 #  6. half load: open loop (Poisson) at LOAD_FRACTION of the saturation
 #     rate for DURATION: client RTT, platform latency (the answers'
 #     latency_us) and platform overhead = latency_us minus the engine's
@@ -60,7 +61,8 @@
 # LOAD_FRACTION (0.5), LOW_LOAD_FRACTION (0.1; 0 skips the low-load
 # phase), LOW_REQUESTS (1000: the low-load phase runs DURATION or, where
 # that sends fewer, long enough for this many requests, so that its p99
-# is not one of a handful: resnet50 at 10% load is ~1.3 req/s), IF_CPU (1), KP_RX_CPU (IF_CPU), CLIENT_POLICY (idle, or normal),
+# is not one of a handful: resnet50 at 10% load is ~1.3 req/s), IF_CPU
+# (1), KP_RX_CPU (IF_CPU), CLIENT_POLICY (idle, or normal),
 # IFM_TIMER_SLACK_US (unset: the kernel's 50 µs; 1 gives the if-manager
 # --timer-slack-us 1, exact back-off sleeps),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
