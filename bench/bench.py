@@ -996,6 +996,19 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
     return md
 
 
+def last_windows(s: Settings) -> str:
+    """How many windows a level's OK rate is the mean of (report.aggregate
+    takes the last three; a smoke run's levels have two)."""
+    return {1: "one", 2: "two"}.get(min(3, s.max_windows), "three")
+
+
+def scouted(meta: dict, s: Settings) -> bool:
+    """Whether any system of the run found its start by scouts: scouts are
+    on and some model's system had no BENCH_START bracket."""
+    start = getattr(s, "start", {})
+    return s.scout_requests > 0 and any(f"{m}.{x}" not in start for m in meta["models"] for x in meta["systems"])
+
+
 def start_text(start: dict[str, list[float]]) -> str:
     """The method's sentence for BENCH_START ("" without it)."""
     if not start:
@@ -1072,7 +1085,8 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"- **Levels**: windows of {s.window_s:.3g}–{s.window_max_s:g} s (≥ {s.window_requests} requests), "
          + (f"{s.min_windows}–{s.max_windows} per level until three agree within {100 * s.stability:.0f}%; "
             if s.max_windows > s.min_windows else f"{s.min_windows} per level; ")
-         + f"the OK rate is the mean of the last three, the latency percentiles are over all their requests together. Warm-up {s.warmup_s:g} s per system. A level meets the "
+         + f"the OK rate is the mean of the last {last_windows(s)}, the latency percentiles are over all their "
+         f"requests together. Warm-up {s.warmup_s:g} s per system. A level meets the "
          "SLO when p99 ≤ SLO, ≤ 1% of requests failed (non-OK answer, e.g. kneepoint's OVERLOADED, or none "
          "in time). Latency percentiles count every request sent, a failed one as later than any OK answer "
          "(for every system alike; ∞: the percentile falls among the failures). ✗ marks a point that misses "
@@ -1085,7 +1099,7 @@ def header_markdown(meta: dict, s: Settings) -> str:
             if getattr(s, "search_budget_s", 0) > 0 else ".")  # runs before the budget have none
          + (f" Scouts of one window (≥ {s.scout_requests} requests, {SCOUT_MIN_S:g}–{s.scout_max_s:g} s) "
             f"first bracket it within {100 * s.scout_resolution:g}%; they only say where the levels start "
-            "(capacity_search.py) and are not in the results." if s.scout_requests > 0 else "")
+            "(capacity_search.py) and are not in the results." if scouted(meta, s) else "")
          + start_text(getattr(s, "start", {}))
          + (f" Then a level at {', '.join(f'{100 * p:g}%' for p in s.points)} of the capacity" if s.points else "")
          + (f"{' and' if s.points else ' Then'} one at {s.peak:g}× the engine limit (peak)." if s.peak > 0

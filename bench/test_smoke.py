@@ -257,3 +257,33 @@ class StartBrackets(unittest.TestCase):
         text = bench.start_text({"resnet50.triton": [5.2, 5.9], "resnet50.kneepoint": [5.9, 6.7]})
         self.assertIn("resnet50 kneepoint 5.9 / 6.7; resnet50 Triton 5.2 / 5.9", text)
         self.assertIn("instead of from scouts", text)
+
+    def test_scouts_are_named_only_where_a_system_used_them(self):
+        s = bench.Settings(smoke=False)
+        s.scout_requests = 300
+        meta = {"models": ["resnet50"], "systems": ["kneepoint", "triton"]}
+        s.start = {"resnet50.kneepoint": [5.9, 6.7], "resnet50.triton": [5.2, 5.9]}
+        self.assertFalse(bench.scouted(meta, s))
+        self.assertNotIn("Scouts of one window", bench.header_markdown(self.meta(meta), s))
+        s.start = {"resnet50.kneepoint": [5.9, 6.7]}
+        self.assertTrue(bench.scouted(meta, s))
+        self.assertIn("Scouts of one window", bench.header_markdown(self.meta(meta), s))
+        s.scout_requests = 0
+        self.assertFalse(bench.scouted(meta, s))
+
+    def test_the_method_counts_the_windows_a_level_averages(self):
+        s = bench.Settings(smoke=True)
+        s.min_windows = s.max_windows = 2
+        self.assertIn("mean of the last two,", bench.header_markdown(self.meta(), s))
+        s.min_windows, s.max_windows = 3, 4
+        self.assertIn("mean of the last three,", bench.header_markdown(self.meta(), s))
+
+    @staticmethod
+    def meta(extra: dict | None = None) -> dict:
+        """The least a run's meta.json holds for header_markdown."""
+        m = {"machine": {"cpu": "cpu", "nproc": 2, "mem_gib": 24, "kernel": "6.1", "debian": "12"},
+             "versions": {"onnxruntime": "1.20"}, "systems": ["kneepoint"], "models": ["squeezenet"],
+             "peers": {}, "started": "2026-11-30T13:00:00Z", "git": "abc1234", "loadavg_start": [0, 0, 0],
+             "batching": {}}
+        m.update(extra or {})
+        return m
