@@ -234,6 +234,10 @@ class Engine(unittest.TestCase):
                          "### m: engine alone vs end to end (all on the inference core)\n")
         meta["cpus"]["kp_if_fragment_thread"] = 0
         self.assertEqual(bench_if.engine_table(meta, eng)[0], "### m: engine alone vs end to end (as designed)\n")
+        # The line under it says when, where and at which commit.
+        self.assertTrue(bench_if.engine_table(meta, eng)[1].startswith("X, 2 CPUs, git abc;"))
+        meta["started"] = "2026-11-30 13:00 UTC"
+        self.assertTrue(bench_if.engine_table(meta, eng)[1].startswith("2026-11-30 13:00 UTC, X, 2 CPUs, git abc;"))
 
 
 def snapshot(t, busy0, busy1, kp_if=None, ifm=None):
@@ -433,6 +437,9 @@ class Targets(unittest.TestCase):
         line = bench_if.targets({"sat": sat})[1]
         self.assertIn("at the same batch mix **not met** (0.949), at the engine's best batch size **not met** (0.941)",
                       line)
+        # and the saturation table says the same figure as the verdict
+        self.assertEqual(bench_if.ratio3(0.949877), "0.949")
+        self.assertEqual(bench_if.ratio3(0.95), "0.950")
 
     def test_a_run_without_a_trace_misses_the_figure_and_without_low_load_leaves_it_out(self):
         sat = {"ratio_e2e_to_engine": 0.96, "ratio_e2e_to_engine_best": 0.96}
