@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make gpu-platform: the whole platform on a GPU server, with GPU IFs —
-# scripts/bench-orchestrator.sh (switchover gaps under load, then the
-# tuning loop's convergence from wrong shares) with both IFs on the
+# scripts/bench-orchestrator.sh (its PHASES, by default switchover gaps
+# under load, the tuning loop's convergence from wrong shares, then
+# switchovers as clients see them) with both IFs on the
 # `cudnn` engine, each under its CUDA MPS percentage (docs/GPU.md, "The
 # platform on a GPU server").
 #
