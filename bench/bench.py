@@ -843,9 +843,10 @@ class Runner:
             ws = []
             while len(ws) < self.s.max_windows:
                 ws.append(self.window(rate, seconds, phase, label, len(ws) + 1))
-                if len(ws) >= self.s.min_windows and (len(ws) < 3 or report.stable(ws, self.s.stability)):
+                if len(ws) >= self.s.min_windows and (len(ws) < report.LAST_WINDOWS
+                                                      or report.stable(ws, self.s.stability)):
                     break
-                if len(ws) >= 3 and report.aggregate(ws, self.m["slo_ms"])["error_frac"] > 0.5:
+                if len(ws) >= report.LAST_WINDOWS and report.aggregate(ws, self.m["slo_ms"])["error_frac"] > 0.5:
                     break  # far past capacity: more windows will not agree
         lv = report.aggregate(ws, self.m["slo_ms"], self.s.stability)
         lv.update(model=self.m["name"], system=self.sys.name, level=self.level, phase=phase, label=label)
@@ -997,9 +998,10 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
 
 
 def last_windows(s: Settings) -> str:
-    """How many windows a level's OK rate is the mean of (report.aggregate
-    takes the last three; a smoke run's levels have two)."""
-    return {1: "one", 2: "two"}.get(min(3, s.max_windows), "three")
+    """How many windows a level's OK rate is the mean of, in words: the
+    last report.LAST_WINDOWS, or all of a level capped below that (a smoke
+    run's two)."""
+    return {1: "one", 2: "two", 3: "three"}[min(report.LAST_WINDOWS, s.max_windows)]
 
 
 def scouted(meta: dict, s: Settings) -> bool:

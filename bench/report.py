@@ -48,6 +48,9 @@ import stats
 
 
 STABILITY = 0.10
+# A level's figures are over its last this many windows (fewer where a
+# level ran fewer), and it is stable when these agree.
+LAST_WINDOWS = 3
 MAX_ERROR = 0.01
 
 # One colour per system, in the order they are usually listed.
@@ -63,9 +66,9 @@ DASH = {"p50": "6,4", "p90": "2,3", "p99": ""}
 
 def stable(windows: list[dict], stability: float = STABILITY) -> bool:
     """The last three windows' OK rate and p99 within +-stability of their mean."""
-    if len(windows) < 3:
+    if len(windows) < LAST_WINDOWS:
         return False
-    last = windows[-3:]
+    last = windows[-LAST_WINDOWS:]
     for key in ("ok_per_s", "p99_ms"):
         vals = [float(w[key]) for w in last]
         if not all(math.isfinite(v) for v in vals):
@@ -105,7 +108,7 @@ def pooled_percentiles(windows: list[dict], quantiles=(0.50, 0.90, 0.99)) -> lis
 def aggregate(windows: list[dict], slo_ms: float, stability: float = STABILITY,
               max_error: float = MAX_ERROR) -> dict:
     """One level from its windows (see the module's docstring)."""
-    last = windows[-3:]
+    last = windows[-LAST_WINDOWS:]
     n = len(last)
     sent = sum(int(w["sent"]) for w in last)
     ok = sum(int(w["ok"]) for w in last)
