@@ -12,6 +12,15 @@
 //! eight costs one pool operation and one ring operation, not eight of each.
 //! Each enqueue rings the TX ring's doorbell ([`TxBell`]), which wakes an
 //! if-manager dozing in its idle back-off.
+//!
+//! The ring comes *last*, after whatever the caller must record once an
+//! answer is on the ring ([`AnswerBurst::send_then`],
+//! [`Answerer::error_then`]): the runtime takes the answered requests out
+//! of its crash ledger there. Waking the if-manager is a system call, and
+//! on a core the IF shares with it the woken if-manager runs at once: a
+//! process killed while it waits for its core again would leave answered
+//! requests in its ledger, which its successor answers a second time
+//! (`handover`'s module doc).
 
 use dpdk::{Mbuf, MbufBurst, Mempool, Ring, RingProducer};
 
@@ -115,21 +124,38 @@ impl Answerer {
             fresh,
             built: MbufBurst::new(),
             ring_full: 0,
+            enqueued: 0,
         }
     }
 
     /// Sends an error answer (type 3) with `status`, alone (the fragment
     /// thread's rare rejections; a batch's go through [`Self::burst`]).
     pub fn error(&self, to: &ReplyTo, status: Status, latency_us: u32) -> Result<(), SendError> {
-        self.send(to, &error_repr(to, status, latency_us))
+        self.error_then(to, status, latency_us, || {})
     }
 
-    fn send(&self, to: &ReplyTo, repr: &ResponseRepr<'_>) -> Result<(), SendError> {
+    /// [`Self::error`], running `done` once the answer is on the TX ring
+    /// (or could not be sent) and before the doorbell wakes the
+    /// if-manager.
+    pub fn error_then(
+        &self,
+        to: &ReplyTo,
+        status: Status,
+        latency_us: u32,
+        done: impl FnOnce(),
+    ) -> Result<(), SendError> {
+        let sent = self.enqueue(to, &error_repr(to, status, latency_us));
+        done();
+        if sent.is_ok() {
+            self.ring();
+        }
+        sent
+    }
+
+    fn enqueue(&self, to: &ReplyTo, repr: &ResponseRepr<'_>) -> Result<(), SendError> {
         let mut mbuf = self.pool.alloc().ok_or(SendError::NoMbuf)?;
         build(&mut mbuf, to, repr)?;
-        self.tx.enqueue(mbuf).map_err(|_| SendError::RingFull)?;
-        self.ring();
-        Ok(())
+        self.tx.enqueue(mbuf).map_err(|_| SendError::RingFull)
     }
 }
 
@@ -160,6 +186,8 @@ pub struct AnswerBurst<'a> {
     fresh: MbufBurst<ANSWER_BURST>,
     built: MbufBurst<ANSWER_BURST>,
     ring_full: usize,
+    /// Answers on the ring that have not rung the doorbell yet.
+    enqueued: usize,
 }
 
 impl AnswerBurst<'_> {
@@ -207,33 +235,52 @@ impl AnswerBurst<'_> {
         Ok(())
     }
 
+    /// Enqueues what was built; the doorbell rings only in
+    /// [`Self::send_then`] (or on drop).
     fn flush(&mut self) {
         let n = self.built.len();
         if n == 0 {
             return;
         }
         let sent = self.answerer.tx.enqueue_burst(&mut self.built);
-        if sent > 0 {
-            self.answerer.ring();
-        }
+        self.enqueued += sent;
         if sent < n {
             self.ring_full += n - sent;
             self.built.clear(); // freed in one bulk call
         }
     }
 
+    /// Rings the doorbell once for everything enqueued since the last ring.
+    fn ring(&mut self) {
+        if std::mem::take(&mut self.enqueued) > 0 {
+            self.answerer.ring();
+        }
+    }
+
     /// Enqueues what was added in one burst; returns how many answers the
     /// TX ring had no room for (freed, not retried). Unused mbufs go back
     /// to the pool in one bulk free.
-    pub fn send(mut self) -> usize {
+    pub fn send(self) -> usize {
+        self.send_then(|| {})
+    }
+
+    /// [`Self::send`], running `done` once every answer is on the TX ring
+    /// (or was counted as not sent) and before the doorbell wakes the
+    /// if-manager: nothing between the enqueue and `done` may block or
+    /// make a system call.
+    pub fn send_then(mut self, done: impl FnOnce()) -> usize {
         self.flush();
+        done();
+        self.ring();
         self.ring_full
     }
 }
 
 impl Drop for AnswerBurst<'_> {
     fn drop(&mut self) {
-        // `send` flushed already; a burst dropped without it still sends.
+        // `send` flushed and rang already; a burst dropped without it
+        // still sends.
         self.flush();
+        self.ring();
     }
 }

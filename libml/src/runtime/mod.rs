@@ -61,7 +61,7 @@ use crossbeam_queue::ArrayQueue;
 use dpdk::{MbufBurst, Ring};
 use serde_json::{json, Value};
 
-pub use answer::{Answerer, ReplyTo, SendError};
+pub use answer::{AnswerBurst, Answerer, ReplyTo, SendError};
 use handover::{Doorbell, IfControl, Ledger, Mode, ModeCell};
 pub use succession::NO_TRAFFIC_GRACE;
 use succession::{
@@ -484,9 +484,9 @@ fn fragment_loop<'p>(
             reassembler.poll_expired(now, |e| {
                 if let Some(reply) = replies[e.slot.index()].take() {
                     let latency = latency_us(e.first_seen_ns, now);
-                    counters.send_failed +=
-                        u64::from(answerer.error(&reply, e.status(), latency).is_err());
-                    ledger.clear(e.slot.index());
+                    let sent = answerer
+                        .error_then(&reply, e.status(), latency, || ledger.clear(e.slot.index()));
+                    counters.send_failed += u64::from(sent.is_err());
                     telemetry.on_answer(e.status(), u64::from(latency), now);
                 }
             });
@@ -598,11 +598,14 @@ fn fragment_loop<'p>(
                     } = outcome
                     {
                         let latency = latency_us(first_seen_ns, now);
-                        counters.send_failed +=
-                            u64::from(answerer.error(&reply, status, latency).is_err());
+                        let sent = answerer.error_then(&reply, status, latency, || {
+                            if let Some(slot) = freed {
+                                ledger.clear(slot.index());
+                            }
+                        });
+                        counters.send_failed += u64::from(sent.is_err());
                         if let Some(slot) = freed {
                             replies[slot.index()] = None;
-                            ledger.clear(slot.index());
                         }
                         telemetry.on_answer(status, u64::from(latency), now);
                     }
@@ -662,11 +665,14 @@ fn fragment_loop<'p>(
                     ..
                 } => {
                     let latency = latency_us(first_seen_ns, now);
-                    counters.send_failed +=
-                        u64::from(answerer.error(&reply, status, latency).is_err());
+                    let sent = answerer.error_then(&reply, status, latency, || {
+                        if let Some(slot) = freed {
+                            ledger.clear(slot.index());
+                        }
+                    });
+                    counters.send_failed += u64::from(sent.is_err());
                     if let Some(slot) = freed {
                         replies[slot.index()] = None;
-                        ledger.clear(slot.index());
                     }
                     telemetry.on_answer(status, u64::from(latency), now);
                 }
@@ -747,9 +753,10 @@ fn fragment_loop<'p>(
     reassembler.drain_in_flight(|f| {
         if let Some(reply) = replies[f.slot.index()].take() {
             let latency = latency_us(f.first_seen_ns, now);
-            counters.send_failed +=
-                u64::from(answerer.error(&reply, Status::Internal, latency).is_err());
-            ledger.clear(f.slot.index());
+            let sent = answerer.error_then(&reply, Status::Internal, latency, || {
+                ledger.clear(f.slot.index())
+            });
+            counters.send_failed += u64::from(sent.is_err());
             telemetry.on_answer(Status::Internal, u64::from(latency), now);
         }
     });
@@ -972,16 +979,21 @@ fn inference_loop<'p>(
                 );
                 telemetry.on_answer(Status::Overloaded, u64::from(latency), now);
             }
-            counters.send_failed += answers.send() as u64;
+            // Answered (on the TX ring): out of the ledger before the
+            // doorbell wakes the if-manager.
+            counters.send_failed += answers.send_then(|| {
+                for r in queue.iter().take(shed) {
+                    ledger.clear(r.slot.index());
+                }
+            }) as u64;
             if let Some(t) = trace.as_deref_mut() {
                 let sent = now_ns();
                 for r in queue.iter().take(shed) {
                     t.record(span_of(r, Status::Overloaded, 0, now, now, sent));
                 }
             }
-            // Answered (on the TX ring): out of the ledger, slots back.
             for r in queue.drain(..shed) {
-                finish(ledger, returned, r);
+                give_back(returned, r);
             }
             continue;
         }
@@ -1090,8 +1102,14 @@ fn inference_loop<'p>(
             counters.send_failed += u64::from(sent.is_err());
             telemetry.on_answer(status, u64::from(latency), finished);
         }
-        // One bulk allocation (above) and one burst on the TX ring.
-        counters.send_failed += answers.send() as u64;
+        // One bulk allocation (above) and one burst on the TX ring; the
+        // answered requests leave the ledger before the doorbell wakes the
+        // if-manager.
+        counters.send_failed += answers.send_then(|| {
+            for r in &batch {
+                ledger.clear(r.slot.index());
+            }
+        }) as u64;
         control.clear_answer_window();
         if let Some(t) = trace.as_deref_mut() {
             let sent = now_ns();
@@ -1105,7 +1123,7 @@ fn inference_loop<'p>(
             }
         }
         for r in batch.drain(..) {
-            finish(ledger, returned, r);
+            give_back(returned, r);
         }
         if let Err(e) = &result {
             counters.engine_errors += 1;
@@ -1172,12 +1190,9 @@ fn take_back_slots<'p>(
     }
 }
 
-/// A request is answered (its answer is on the TX ring): it leaves the
-/// ledger — only now, so that a crash before the answer went out leaves it
-/// to the successor to answer — and its slot goes back to the fragment
-/// thread.
-fn finish<'p>(ledger: &Ledger, returned: &ArrayQueue<Returned<'p>>, r: Ready<'p>) {
-    ledger.clear(r.slot.index());
+/// A request is answered (its answer is on the TX ring and it left the
+/// ledger in `send_then`): its slot goes back to the fragment thread.
+fn give_back<'p>(returned: &ArrayQueue<Returned<'p>>, r: Ready<'p>) {
     // Cannot be full: it holds at most one entry per slot.
     let _ = returned.push(Returned {
         slot: r.slot,
