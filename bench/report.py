@@ -65,7 +65,7 @@ DASH = {"p50": "6,4", "p90": "2,3", "p99": ""}
 
 
 def stable(windows: list[dict], stability: float = STABILITY) -> bool:
-    """The last three windows' OK rate and p99 within +-stability of their mean."""
+    """The last LAST_WINDOWS windows' OK rate and p99 within +-stability of their mean."""
     if len(windows) < LAST_WINDOWS:
         return False
     last = windows[-LAST_WINDOWS:]

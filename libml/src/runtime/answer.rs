@@ -124,7 +124,7 @@ impl Answerer {
             fresh,
             built: MbufBurst::new(),
             ring_full: 0,
-            enqueued: 0,
+            unrung: false,
         }
     }
 
@@ -186,8 +186,8 @@ pub struct AnswerBurst<'a> {
     fresh: MbufBurst<ANSWER_BURST>,
     built: MbufBurst<ANSWER_BURST>,
     ring_full: usize,
-    /// Answers on the ring that have not rung the doorbell yet.
-    enqueued: usize,
+    /// Whether answers went on the ring since the doorbell last rang.
+    unrung: bool,
 }
 
 impl AnswerBurst<'_> {
@@ -243,7 +243,7 @@ impl AnswerBurst<'_> {
             return;
         }
         let sent = self.answerer.tx.enqueue_burst(&mut self.built);
-        self.enqueued += sent;
+        self.unrung |= sent > 0;
         if sent < n {
             self.ring_full += n - sent;
             self.built.clear(); // freed in one bulk call
@@ -252,7 +252,7 @@ impl AnswerBurst<'_> {
 
     /// Rings the doorbell once for everything enqueued since the last ring.
     fn ring(&mut self) {
-        if std::mem::take(&mut self.enqueued) > 0 {
+        if std::mem::take(&mut self.unrung) {
             self.answerer.ring();
         }
     }

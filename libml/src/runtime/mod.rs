@@ -483,11 +483,17 @@ fn fragment_loop<'p>(
             take_back_slots(returned, reassembler, slots);
             reassembler.poll_expired(now, |e| {
                 if let Some(reply) = replies[e.slot.index()].take() {
-                    let latency = latency_us(e.first_seen_ns, now);
-                    let sent = answerer
-                        .error_then(&reply, e.status(), latency, || ledger.clear(e.slot.index()));
-                    counters.send_failed += u64::from(sent.is_err());
-                    telemetry.on_answer(e.status(), u64::from(latency), now);
+                    answer_alone(
+                        answerer,
+                        ledger,
+                        &reply,
+                        e.status(),
+                        e.first_seen_ns,
+                        Some(e.slot),
+                        now,
+                        counters,
+                        telemetry,
+                    );
                 }
             });
             let seen = TickView {
@@ -597,17 +603,20 @@ fn fragment_loop<'p>(
                         ..
                     } = outcome
                     {
-                        let latency = latency_us(first_seen_ns, now);
-                        let sent = answerer.error_then(&reply, status, latency, || {
-                            if let Some(slot) = freed {
-                                ledger.clear(slot.index());
-                            }
-                        });
-                        counters.send_failed += u64::from(sent.is_err());
+                        answer_alone(
+                            answerer,
+                            ledger,
+                            &reply,
+                            status,
+                            first_seen_ns,
+                            freed,
+                            now,
+                            counters,
+                            telemetry,
+                        );
                         if let Some(slot) = freed {
                             replies[slot.index()] = None;
                         }
-                        telemetry.on_answer(status, u64::from(latency), now);
                     }
                     continue;
                 }
@@ -664,17 +673,20 @@ fn fragment_loop<'p>(
                     freed,
                     ..
                 } => {
-                    let latency = latency_us(first_seen_ns, now);
-                    let sent = answerer.error_then(&reply, status, latency, || {
-                        if let Some(slot) = freed {
-                            ledger.clear(slot.index());
-                        }
-                    });
-                    counters.send_failed += u64::from(sent.is_err());
+                    answer_alone(
+                        answerer,
+                        ledger,
+                        &reply,
+                        status,
+                        first_seen_ns,
+                        freed,
+                        now,
+                        counters,
+                        telemetry,
+                    );
                     if let Some(slot) = freed {
                         replies[slot.index()] = None;
                     }
-                    telemetry.on_answer(status, u64::from(latency), now);
                 }
                 FragmentOutcome::Duplicate | FragmentOutcome::Late | FragmentOutcome::Malformed => {
                 }
@@ -752,12 +764,17 @@ fn fragment_loop<'p>(
     // Stopping: requests still being assembled will never complete here.
     reassembler.drain_in_flight(|f| {
         if let Some(reply) = replies[f.slot.index()].take() {
-            let latency = latency_us(f.first_seen_ns, now);
-            let sent = answerer.error_then(&reply, Status::Internal, latency, || {
-                ledger.clear(f.slot.index())
-            });
-            counters.send_failed += u64::from(sent.is_err());
-            telemetry.on_answer(Status::Internal, u64::from(latency), now);
+            answer_alone(
+                answerer,
+                ledger,
+                &reply,
+                Status::Internal,
+                f.first_seen_ns,
+                Some(f.slot),
+                now,
+                counters,
+                telemetry,
+            );
         }
     });
     sample_cpu(telemetry, counters);
@@ -1273,6 +1290,32 @@ fn span_of(r: &Ready<'_>, status: Status, n: u16, start: u64, end: u64, sent: u6
         end_ns: end,
         sent_ns: sent,
     }
+}
+
+/// Answers `reply` alone with an error `status` (the fragment thread's
+/// rejections, expiries and drains), counted; the `slot` it held, if any,
+/// leaves the ledger once the answer is on the TX ring and before the
+/// doorbell wakes the if-manager.
+#[allow(clippy::too_many_arguments)]
+fn answer_alone(
+    answerer: &Answerer,
+    ledger: &Ledger,
+    reply: &ReplyTo,
+    status: Status,
+    first_seen_ns: u64,
+    slot: Option<SlotId>,
+    now: u64,
+    counters: &mut DriverCounters,
+    telemetry: &mut TelemetryWriter<'_>,
+) {
+    let latency = latency_us(first_seen_ns, now);
+    let sent = answerer.error_then(reply, status, latency, || {
+        if let Some(slot) = slot {
+            ledger.clear(slot.index());
+        }
+    });
+    counters.send_failed += u64::from(sent.is_err());
+    telemetry.on_answer(status, u64::from(latency), now);
 }
 
 fn latency_us(first_seen_ns: u64, now_ns: u64) -> u32 {
