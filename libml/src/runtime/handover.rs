@@ -35,8 +35,9 @@
 //!    answered, so their stragglers after the grace period are `Late`, not
 //!    new requests.
 //! 5. After the grace period (longer than the reassembly timeout, so every
-//!    request `A` holds has completed or expired), `S` stops forwarding and
-//!    `A` exits.
+//!    request `A` holds has completed or expired), `S` stops forwarding;
+//!    `A` exits once it answered everything it held, and says so first
+//!    ([`IfControl::mark_drained`]).
 //!
 //! **Guarantee:** every request of which a fragment arrived gets exactly one
 //! answer across a switchover — from `A` if `A` saw a fragment of it before
@@ -62,6 +63,22 @@
 //! after the wake, as it once was, the window was as long as the woken
 //! if-manager kept the IF's thread off a core they shared: a test that
 //! kills an active under load saw one duplicate answer in about ten runs.)
+//!
+//! # Crash of a yielded owner (`A` dies while it drains)
+//!
+//! `S` took the ring from a live `A`, so it read no ledger on taking it;
+//! but `A` still holds what it was assembling and what waited for its
+//! engine. So `S` watches `A` from the handover until `A` says it drained
+//! (the zone's `DRAINED` word names it): at a tick every
+//! [`PREDECESSOR_CHECK`](super::succession::PREDECESSOR_CHECK) it reads
+//! whether `A` lives, then the word. Found gone without having said so,
+//! `A` was killed: `S` answers INTERNAL what `A`'s ledger holds, marks
+//! those keys answered, stops forwarding to `A` and frees what waits in
+//! `A`'s hand-back ring. An `A` that exits cleanly freed its ledger after
+//! saying it drained, so `S` never looks up a zone that is gone (a lookup
+//! takes DPDK's shared-memory lock: it happens only after a kill). Not
+//! covered: `S` itself stopping (yielding on and draining out) before a
+//! slow `A` is done — nobody watches `A` then.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -105,6 +122,10 @@ mod w {
     pub const ANSWER_OPEN_NS: usize = 13;
     /// ... and at the latest: the if-manager polls until then.
     pub const ANSWER_CLOSE_NS: usize = 14;
+    /// The pid of the latest yielded owner that answered everything it
+    /// held (its ledger is empty, it exits): its successor stops watching
+    /// it.
+    pub const DRAINED: usize = 15;
     pub const KEYS: usize = 16;
 }
 
@@ -431,6 +452,21 @@ impl IfControl {
             count: self.word(w::DOORBELL),
             dozing: self.word(w::DOZING),
         }
+    }
+
+    /// Says that `me`, which yielded the ring, answered everything it held
+    /// and exits: its successor, which watches it until then, stops (a
+    /// yielded IF that dies before this is recovered from by its successor:
+    /// the module doc).
+    pub fn mark_drained(&self, me: u32) {
+        self.word(w::DRAINED)
+            .store(u64::from(me), Ordering::Release);
+    }
+
+    /// The latest yielded owner that said it drained
+    /// ([`IfControl::mark_drained`]), 0 if none.
+    pub fn drained(&self) -> u32 {
+        self.word(w::DRAINED).load(Ordering::Acquire) as u32
     }
 
     /// Releases the ring with nothing to hand over (a clean exit); false if

@@ -65,8 +65,9 @@ pub use answer::{AnswerBurst, Answerer, ReplyTo, SendError};
 use handover::{Doorbell, IfControl, Ledger, Mode, ModeCell};
 pub use succession::NO_TRAFFIC_GRACE;
 use succession::{
-    handover_keys, ArmWait, Flow, Forward, Held, MachineConfig, ModeMachine, Step, SuccessionStats,
-    TickView, TookOver, ARMING_SLEEP, DOZE_ASSEMBLING, DOZE_IDLE, SPIN_ASSEMBLING, STANDBY_NAP,
+    handover_keys, ArmWait, Flow, Forward, Held, MachineConfig, ModeMachine, Predecessor, Step,
+    StopReason, SuccessionStats, TickView, TookOver, ARMING_SLEEP, DOZE_ASSEMBLING, DOZE_IDLE,
+    SPIN_ASSEMBLING, STANDBY_NAP,
 };
 
 use crate::backoff::{AnswerWindow, IdleAction, IdleBackoff};
@@ -394,6 +395,7 @@ pub fn serve(
             "forwarded": stats.forwarded,
             "forward_lost": stats.forward_lost,
             "recovered_internal": stats.recovered,
+            "predecessor_died": stats.predecessor_died,
             "yielded": stats.yielded,
             "lost_ownership": stats.lost_ownership,
         },
@@ -504,6 +506,33 @@ fn fragment_loop<'p>(
             if let Flow::Stop(_) = machine.tick(mode, now, seen) {
                 break;
             }
+            if let Some(pid) = machine.predecessor_due(now) {
+                // Alive first: one that says it drained and then exits is
+                // seen drained whichever way the two reads fall.
+                let alive = kp_os::affinity::process_alive(pid);
+                let found = if succession.control.drained() == pid {
+                    Predecessor::Drained
+                } else if alive {
+                    Predecessor::Alive
+                } else {
+                    Predecessor::Dead
+                };
+                if let Some(dead) = machine.predecessor_is(pid, found) {
+                    if let Some(ring) = dead.handback {
+                        // Its consumer is gone: the fragments sent back
+                        // since it died go back to the pool.
+                        free_what_waits(&ring);
+                    }
+                    machine.count_recovered(recover_from_dead(
+                        dead.pid,
+                        answerer,
+                        reassembler,
+                        telemetry,
+                        now,
+                        &mut counters.send_failed,
+                    ));
+                }
+            }
         }
 
         match machine.step(mode, now, held(reassembler)) {
@@ -556,7 +585,14 @@ fn fragment_loop<'p>(
                 }
             }
             Step::Poll => {}
-            Step::Stop(_) => break,
+            Step::Stop(reason) => {
+                if reason == StopReason::Drained {
+                    // Everything held is answered (and out of the ledger):
+                    // the successor stops watching us.
+                    succession.control.mark_drained(me);
+                }
+                break;
+            }
         }
 
         if let Some((gap, taken_ns)) = machine.switchover_gap(kp_os::affinity::monotonic_ns) {
@@ -855,6 +891,14 @@ fn forward_back(f: &mut Forward<Ring>, mbuf: dpdk::Mbuf) -> bool {
         f.ring = Ring::lookup(&crate::names::handback_ring(f.from_pid)).ok();
     }
     f.ring.as_ref().is_some_and(|r| r.enqueue(mbuf).is_ok())
+}
+
+/// Frees every mbuf waiting on `ring`, whose consumer died.
+fn free_what_waits(ring: &Ring) {
+    let mut burst = MbufBurst::<BURST>::new();
+    while ring.dequeue_burst(&mut burst) > 0 {
+        burst.clear(); // frees them
+    }
 }
 
 /// Answers INTERNAL every request a dead predecessor (`pid`) held, from its

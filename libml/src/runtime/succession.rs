@@ -101,6 +101,13 @@ pub const HANDBACK_MARGIN: Duration = Duration::from_millis(50);
 /// if-manager holds RX until every IF of a replay has loaded its model).
 pub const NO_TRAFFIC_GRACE: Duration = Duration::from_secs(30);
 
+/// How often a successor looks whether the predecessor that yielded to it
+/// still lives, until it finished draining: a read of `/proc/PID/stat`
+/// (microseconds) at a tick at most this often, so that what a predecessor
+/// killed while it drains held is answered INTERNAL this late at most
+/// (plus a tick).
+pub const PREDECESSOR_CHECK: Duration = Duration::from_millis(10);
+
 // ---------------------------------------------------------------------
 // The control thread: commands
 // ---------------------------------------------------------------------
@@ -393,12 +400,41 @@ pub struct SuccessionStats {
     pub forwarded: u64,
     /// ... that its hand-back ring had no room for.
     pub forward_lost: u64,
-    /// Requests of a dead predecessor answered INTERNAL.
+    /// Requests of a dead predecessor answered INTERNAL (one that died
+    /// owning the ring, or one that died while it drained after yielding
+    /// it to us).
     pub recovered: u64,
+    /// The predecessor that yielded to us died before it had answered
+    /// everything it held.
+    pub predecessor_died: bool,
     /// We yielded the ring to a successor.
     pub yielded: bool,
     /// We found someone else owning the ring while active, and stopped.
     pub lost_ownership: bool,
+}
+
+/// What the driver found of the predecessor that yielded to it
+/// ([`ModeMachine::predecessor_due`], [`ModeMachine::predecessor_is`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Predecessor {
+    /// It lives: look again later.
+    Alive,
+    /// It said it answered everything it held (`IfControl::drained`): it
+    /// exits, or did; nothing more to watch.
+    Drained,
+    /// It is gone without saying so: killed while it drained.
+    Dead,
+}
+
+/// A predecessor found dead while it drained: answer INTERNAL what its
+/// ledger still holds, and free what waits in its hand-back ring (nobody
+/// will dequeue it), if it was looked up.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Recover<H> {
+    /// The dead predecessor.
+    pub pid: u32,
+    /// Its hand-back ring, if the forward window still had it.
+    pub handback: Option<H>,
 }
 
 /// A predecessor's in-flight requests, whose fragments go back to it until
@@ -449,6 +485,9 @@ pub struct ModeMachine<H> {
     /// memory map), so it must not happen on the data path once we serve.
     owner_handback: Option<(u32, Option<H>)>,
     forward: Option<Forward<H>>,
+    /// The predecessor that yielded to us, while it may still hold
+    /// requests, and when to look at it next.
+    predecessor: Option<(u32, u64)>,
     drain_until: Option<u64>,
     first_dequeue_pending: Option<u64>,
     stats: SuccessionStats,
@@ -466,6 +505,7 @@ impl<H> ModeMachine<H> {
             arming_spins: 0,
             owner_handback: None,
             forward: None,
+            predecessor: None,
             drain_until: None,
             first_dequeue_pending: None,
             stats: SuccessionStats::default(),
@@ -612,6 +652,12 @@ impl<H> ModeMachine<H> {
                 self.stats.handed_in_flight = h.in_flight.len();
                 self.stats.handed_answered = h.answered.len();
                 self.first_dequeue_pending = Some(h.released_ns);
+                // It drains what it holds from now on: watched until it
+                // says it is done, so that a kill meanwhile loses nothing.
+                self.predecessor = Some((
+                    h.from_pid,
+                    now.saturating_add(PREDECESSOR_CHECK.as_nanos() as u64),
+                ));
                 for key in h.in_flight.iter().chain(&h.answered) {
                     mark_answered(key);
                 }
@@ -640,10 +686,50 @@ impl<H> ModeMachine<H> {
         }
     }
 
-    /// After [`TookOver::FromDead`]: `n` requests of the dead owner were
-    /// answered INTERNAL.
+    /// After [`TookOver::FromDead`] or a [`Recover`]: `n` requests of a
+    /// dead predecessor were answered INTERNAL.
     pub fn count_recovered(&mut self, n: u64) {
-        self.stats.recovered = n;
+        self.stats.recovered += n;
+    }
+
+    /// At a tick at `now`: the pid of the predecessor that yielded to us,
+    /// when it is time to look whether it still lives (every
+    /// [`PREDECESSOR_CHECK`] until it drained or died); then
+    /// [`predecessor_is`](Self::predecessor_is).
+    #[inline]
+    pub fn predecessor_due(&mut self, now: u64) -> Option<u32> {
+        let (pid, next) = self.predecessor.as_mut()?;
+        if now < *next {
+            return None;
+        }
+        *next = now.saturating_add(PREDECESSOR_CHECK.as_nanos() as u64);
+        Some(*pid)
+    }
+
+    /// What the driver found of predecessor `pid`: drained, it is watched
+    /// no more; dead, it is watched no more either, nothing more goes back
+    /// to it, and the driver recovers what it held ([`Recover`]; then
+    /// [`count_recovered`](Self::count_recovered)).
+    pub fn predecessor_is(&mut self, pid: u32, found: Predecessor) -> Option<Recover<H>> {
+        if self.predecessor.is_none_or(|(p, _)| p != pid) || found == Predecessor::Alive {
+            return None;
+        }
+        self.predecessor = None;
+        if found == Predecessor::Drained {
+            return None;
+        }
+        tracing::warn!("kp-if: predecessor {pid} died while it drained");
+        self.stats.predecessor_died = true;
+        // Its in-flight keys stay marked answered: their stragglers are
+        // late, as after the window.
+        let handback = match self.forward.take() {
+            Some(f) if f.from_pid == pid => f.ring,
+            other => {
+                self.forward = other;
+                None
+            }
+        };
+        Some(Recover { pid, handback })
     }
 
     /// Right before a dequeue: after a handover, the first one is the end
@@ -1074,6 +1160,81 @@ mod tests {
         assert_eq!(m.stats().recovered, 3);
         assert!(m.forward_to(&key(1)).is_none(), "nothing to forward");
         assert_eq!(m.switchover_gap(no_clock), None);
+    }
+
+    #[test]
+    fn a_ring_taken_free_or_from_the_dead_has_no_predecessor_to_watch() {
+        for taken in [Taken::Free, Taken::FromDead(OLD)] {
+            let mut m = machine();
+            m.took(taken, S, |_| panic!("no keys"), no_clock);
+            assert_eq!(m.predecessor_due(100 * S), None);
+            assert_eq!(m.predecessor_is(OLD, Predecessor::Dead), None);
+            assert!(!m.stats().predecessor_died);
+        }
+    }
+
+    #[test]
+    fn a_yielded_predecessor_is_watched_until_it_says_it_drained() {
+        let mut m = machine();
+        m.took(handed(&[1], &[], S), S, |_| {}, || S);
+        let every = PREDECESSOR_CHECK.as_nanos() as u64;
+        assert_eq!(m.predecessor_due(S), None, "not before a check is due");
+        assert_eq!(m.predecessor_due(S + every), Some(OLD));
+        assert_eq!(m.predecessor_due(S + every + 1), None, "once per period");
+        assert_eq!(m.predecessor_is(OLD, Predecessor::Alive), None);
+        assert_eq!(m.predecessor_due(S + 2 * every), Some(OLD));
+        // Another pid's news changes nothing.
+        assert_eq!(m.predecessor_is(300, Predecessor::Dead), None);
+        assert_eq!(m.predecessor_due(S + 3 * every), Some(OLD));
+        assert_eq!(m.predecessor_is(OLD, Predecessor::Drained), None);
+        assert_eq!(m.predecessor_due(100 * S), None, "watched no more");
+        assert!(m.forward_to(&key(1)).is_some(), "the window is its own");
+        assert!(!m.stats().predecessor_died);
+        assert_eq!(m.stats().recovered, 0);
+    }
+
+    #[test]
+    fn a_predecessor_killed_while_it_drains_is_recovered_from_once() {
+        let mut m = machine();
+        m.watch_owner(OLD, Some);
+        m.took(handed(&[1, 2], &[3], S), S, |_| {}, || S);
+        assert!(m.forward_to(&key(1)).is_some());
+        let due = S + PREDECESSOR_CHECK.as_nanos() as u64;
+        assert_eq!(m.predecessor_due(due), Some(OLD));
+        // Its hand-back ring comes back to be emptied; nothing more is sent
+        // back to it, and its keys stay answered (stragglers are late).
+        assert_eq!(
+            m.predecessor_is(OLD, Predecessor::Dead),
+            Some(Recover {
+                pid: OLD,
+                handback: Some(OLD)
+            })
+        );
+        assert!(m.forward_to(&key(1)).is_none());
+        m.count_recovered(2);
+        assert_eq!(m.predecessor_due(100 * S), None);
+        assert_eq!(m.predecessor_is(OLD, Predecessor::Dead), None, "once");
+        let s = m.stats();
+        assert!(s.predecessor_died);
+        assert_eq!((s.taken, s.recovered), (Some("handed"), 2));
+    }
+
+    #[test]
+    fn a_predecessor_killed_after_its_forward_window_gives_no_ring_back() {
+        let mut m = machine();
+        m.watch_owner(OLD, Some);
+        m.took(handed(&[1], &[], S), S, |_| {}, || S);
+        let late = S + 10 * S;
+        assert_eq!(m.tick(Mode::Active, late, idle_view()), Flow::Go);
+        assert!(m.forward_to(&key(1)).is_none(), "the window closed");
+        assert_eq!(m.predecessor_due(late), Some(OLD));
+        assert_eq!(
+            m.predecessor_is(OLD, Predecessor::Dead),
+            Some(Recover {
+                pid: OLD,
+                handback: None
+            })
+        );
     }
 
     #[test]
