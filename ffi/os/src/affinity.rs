@@ -90,12 +90,25 @@ fn clock_ns(clock: libc::clockid_t) -> u64 {
 
 /// Whether a process with this pid is alive (exists and is not a zombie
 /// waiting for its parent to reap it).
+///
+/// Dead means known dead: `/proc/PID` is not there (or the process went
+/// while it was read), or its state is a zombie's. Any other failure to
+/// read it (no file descriptor left, no memory) says nothing, and the
+/// process counts as alive: the callers act on a death (take the ring of a
+/// dead owner, whose live one would then have two consumers; answer its
+/// requests INTERNAL) and merely wait longer on a life.
 pub fn process_alive(pid: u32) -> bool {
-    if pid == 0 {
-        return false;
-    }
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
+    pid != 0 && alive_from_stat(std::fs::read_to_string(format!("/proc/{pid}/stat")))
+}
+
+/// [`process_alive`]'s reading of `/proc/PID/stat`.
+fn alive_from_stat(stat: std::io::Result<String>) -> bool {
+    let stat = match stat {
+        Ok(stat) => stat,
+        Err(e) => {
+            return !(e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH));
+        }
     };
     // "pid (comm) S ...": the state follows the last ')'.
     let state = stat
@@ -158,6 +171,22 @@ pub fn parse_cpu_list(list: &str) -> Result<Vec<usize>, CpuListError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_process_known_gone_or_a_zombie_is_dead() {
+        use std::io::{Error, ErrorKind};
+        let stat = |state: &str| Ok(format!("42 (kp-if (x)) {state} 1 42 42 0 -1"));
+        assert!(alive_from_stat(stat("R")));
+        assert!(alive_from_stat(stat("S")));
+        assert!(!alive_from_stat(stat("Z")));
+        assert!(!alive_from_stat(stat("X")));
+        assert!(!alive_from_stat(Ok("garbage".into())));
+        assert!(!alive_from_stat(Err(ErrorKind::NotFound.into())));
+        assert!(!alive_from_stat(Err(Error::from_raw_os_error(libc::ESRCH))));
+        // Not knowing is not dead.
+        assert!(alive_from_stat(Err(Error::from_raw_os_error(libc::EMFILE))));
+        assert!(alive_from_stat(Err(Error::from_raw_os_error(libc::ENOMEM))));
+    }
 
     #[test]
     fn this_process_is_alive_and_pid_0_is_not() {
