@@ -469,6 +469,85 @@ fn an_active_killed_while_it_drains_after_yielding_loses_nothing() -> Result<()>
     Ok(())
 }
 
+/// The new active killed right after a switchover, while the old one
+/// still assembles the requests it had in flight: whoever takes the ring
+/// from the dead one learns of the handover it had received, forwards the
+/// rest of those requests to the old active, which answers them, and
+/// takes none of them for a new request (which it would answer too,
+/// INCOMPLETE, as the old active would at its time-out: twice).
+#[test]
+fn a_new_active_killed_in_its_predecessors_window_answers_nothing_twice() -> Result<()> {
+    let mut p = Platform::up("successor-kill")?;
+    let (old, old_ep) = p.start_if(false)?;
+    let (new, new_ep) = p.start_if(true)?;
+    let (third, third_ep) = p.start_if(true)?;
+    // Fragments far apart (a request takes ~30 ms to arrive), so that the
+    // old active is assembling one at the switchover and its rest arrives
+    // after the new one is killed.
+    let client = p.client("200us")?;
+    p.wait_answers(4)?;
+    ask(&new_ep, "activate")?;
+    let yielded = ask(&old_ep, "yield")?;
+    ensure!(yielded["mode"] == "draining", "yield: {yielded}");
+    wait_mode(&new_ep, "active")?;
+    Command::new("kill")
+        .args(["-KILL", &new.pid().to_string()])
+        .status()?;
+    wait_dead(new.pid())?;
+    drop(new);
+    ask(&third_ep, "activate")?;
+    wait_mode(&third_ep, "active")?;
+    // The old active drains and exits by itself, after its window: by then
+    // every answer to the requests it had in flight is out (a request
+    // taken for new by the third would be answered at its time-out, a
+    // second after the kill, inside that window), and then some more.
+    let old = old.wait_report(HUNG)?;
+    p.wait_answers(4)?;
+    let c = client.stop()?;
+    let last = third.stop()?;
+    let ifm = p.finish()?;
+    let lost = datagrams_lost(datagrams_sent(&c)?, datagrams_received(&ifm)?)?;
+    let succession = &last["succession"];
+    eprintln!(
+        "client: {c}; old active: {}; third: {succession}; datagrams lost: {lost}",
+        old["succession"]
+    );
+    ensure!(succession["taken"] == "from_dead", "{succession}");
+    ensure!(
+        succession["inherited_in_flight"].as_u64() >= Some(1)
+            && succession["forwarded"].as_u64() >= Some(1),
+        "the old active had nothing in flight, or nothing of it came after \
+         the kill: the test did not exercise the inherited handover ({succession})"
+    );
+    ensure!(
+        old["succession"]["yielded"] == true,
+        "{}",
+        old["succession"]
+    );
+    ensure!(c["duplicates"] == 0, "a request answered twice: {c}");
+    ensure!(
+        c["unanswered"] == 0 && c["answered"] == c["sent"],
+        "client: {c}"
+    );
+    // What the killed one held, INTERNAL (from its ledger); a request of
+    // which it took fragments off the ring and died before looking at
+    // them, INCOMPLETE (at most the 4 outstanding), as a datagram the
+    // kernel dropped.
+    let recovered = succession["recovered_internal"].as_u64().unwrap_or(0);
+    expect_statuses(
+        &c,
+        &[
+            ("internal", recovered, "what the killed IF held"),
+            (
+                "incomplete",
+                CONCURRENCY + lost,
+                "taken off the ring by the killed IF, or a datagram the kernel dropped",
+            ),
+        ],
+    )?;
+    Ok(())
+}
+
 /// A kp-if told to stop (SIGTERM) while it starts, in the EAL, loading its
 /// engine or parked, finishes the step it is in and exits by itself with
 /// status 0. Killed by the signal inside a DPDK call, it would leave a lock

@@ -79,6 +79,16 @@
 //! takes DPDK's shared-memory lock: it happens only after a kill). Not
 //! covered: `S` itself stopping (yielding on and draining out) before a
 //! slow `A` is done — nobody watches `A` then.
+//!
+//! # Crash of the successor (`S` dies while `A` drains)
+//!
+//! Whoever takes the ring from a dead `S` (`T`) answers `S`'s ledger, and
+//! also learns of the handover `S` had received: the zone keeps its words
+//! (`LAST_FROM` names `A`; a take clears only `FROM`) and nobody but an
+//! owner writes them. `T` marks its keys answered (their stragglers are
+//! late, not new requests that `A` would answer too), and while `A`'s
+//! window is open forwards its in-flight requests' fragments to `A` and
+//! watches `A`, as `S` did.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -126,7 +136,12 @@ mod w {
     /// held (its ledger is empty, it exits): its successor stops watching
     /// it.
     pub const DRAINED: usize = 15;
-    pub const KEYS: usize = 16;
+    /// The pid of the latest owner that yielded the ring with a handover;
+    /// unlike `FROM`, a take leaves it, so that whoever takes the ring
+    /// from a dead successor learns of the handover that successor had
+    /// received (with `RELEASED_NS`, `GRACE_NS` and the keys).
+    pub const LAST_FROM: usize = 16;
+    pub const KEYS: usize = 24;
 }
 
 /// Size of the control zone.
@@ -276,8 +291,16 @@ pub enum Taken {
     Free,
     /// The previous owner yielded it with this handover.
     Handed(Handover),
-    /// The previous owner (this pid) died holding it.
-    FromDead(u32),
+    /// The previous owner (`pid`) died holding it. `earlier` is the latest
+    /// handover of the ring, when another process than the dead one and
+    /// us made it: the one the dead owner itself may have received, whose
+    /// yielded process may still be draining.
+    FromDead {
+        /// The dead owner.
+        pid: u32,
+        /// The latest handover, as the zone still holds it.
+        earlier: Option<Handover>,
+    },
 }
 
 /// The shared control block of one IF's ring (see the module doc).
@@ -352,24 +375,37 @@ impl IfControl {
             .compare_exchange(cur, u64::from(me), Ordering::AcqRel, Ordering::Acquire)
             .ok()?;
         if cur != 0 {
-            return Some(Taken::FromDead(cur as u32));
+            // A handover's words are written only by an owner, and the dead
+            // one cannot write any more: they are the latest handover's.
+            let last = self.word(w::LAST_FROM).load(Ordering::Acquire) as u32;
+            let earlier =
+                (last != 0 && last != cur as u32 && last != me).then(|| self.handover_from(last));
+            return Some(Taken::FromDead {
+                pid: cur as u32,
+                earlier,
+            });
         }
         let from = self.word(w::FROM).swap(0, Ordering::AcqRel) as u32;
         if from == 0 || from == me {
             return Some(Taken::Free);
         }
+        Some(Taken::Handed(self.handover_from(from)))
+    }
+
+    /// The handover `from` left in the zone (read after taking the ring).
+    fn handover_from(&self, from: u32) -> Handover {
         let n_in =
             (self.word(w::N_INFLIGHT).load(Ordering::Relaxed) as usize).min(MAX_HANDOVER_KEYS);
         let n_ans = (self.word(w::N_ANSWERED).load(Ordering::Relaxed) as usize)
             .min(MAX_HANDOVER_KEYS - n_in);
         let key = |i: usize| decode_key(self.word(w::KEYS + 2 * i), self.word(w::KEYS + 2 * i + 1));
-        Some(Taken::Handed(Handover {
+        Handover {
             from_pid: from,
             released_ns: self.word(w::RELEASED_NS).load(Ordering::Relaxed),
             grace_ns: self.word(w::GRACE_NS).load(Ordering::Relaxed),
             in_flight: (0..n_in).map(key).collect(),
             answered: (n_in..n_in + n_ans).map(key).collect(),
-        }))
+        }
     }
 
     /// Whether `pid` died. Reading /proc costs microseconds, so a spinning
@@ -417,6 +453,8 @@ impl IfControl {
         self.word(w::GRACE_NS).store(grace_ns, Ordering::Relaxed);
         self.word(w::RELEASED_NS).store(now_ns, Ordering::Relaxed);
         self.word(w::FROM).store(u64::from(me), Ordering::Relaxed);
+        self.word(w::LAST_FROM)
+            .store(u64::from(me), Ordering::Relaxed);
         // Everything above is visible to whoever acquires `owner` next.
         self.word(w::OWNER).store(0, Ordering::Release);
         self.wake_successor();

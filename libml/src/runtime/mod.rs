@@ -396,6 +396,8 @@ pub fn serve(
             "forward_lost": stats.forward_lost,
             "recovered_internal": stats.recovered,
             "predecessor_died": stats.predecessor_died,
+            "inherited_in_flight": stats.inherited_in_flight,
+            "inherited_answered": stats.inherited_answered,
             "yielded": stats.yielded,
             "lost_ownership": stats.lost_ownership,
         },

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use super::handover::{Mode, ModeCell, Taken};
+use super::handover::{Handover, Mode, ModeCell, Taken};
 use crate::messages::{codes, ErrorBody, IfCommand, IfStatus};
 use kp_wire::RequestKey;
 
@@ -407,6 +407,13 @@ pub struct SuccessionStats {
     /// The predecessor that yielded to us died before it had answered
     /// everything it held.
     pub predecessor_died: bool,
+    /// Taken from a dead owner: the requests that the handover it had
+    /// received named as in flight, and as answered (adopted: answered
+    /// already, or forwarded to the process that yielded while its window
+    /// is open).
+    pub inherited_in_flight: usize,
+    /// ...
+    pub inherited_answered: usize,
     /// We yielded the ring to a successor.
     pub yielded: bool,
     /// We found someone else owning the ring while active, and stopped.
@@ -632,12 +639,16 @@ impl<H> ModeMachine<H> {
     /// in-flight ones are forwarded back until the predecessor's release
     /// plus its grace — read on `monotonic_ns`, the clock the release was
     /// stamped with, after the keys are marked, as the window is measured
-    /// from now on.
+    /// from now on; the predecessor is watched until it drained. From a
+    /// dead owner that had itself received a handover (`earlier`): its keys
+    /// are marked answered too, and while its window is open, its in-flight
+    /// ones are forwarded to the process that yielded and that process is
+    /// watched, as the dead owner did.
     pub fn took(
         &mut self,
         taken: Taken,
         now: u64,
-        mut mark_answered: impl FnMut(&RequestKey),
+        mark_answered: impl FnMut(&RequestKey),
         monotonic_ns: impl FnOnce() -> u64,
     ) -> TookOver {
         self.arming_since = None;
@@ -654,18 +665,10 @@ impl<H> ModeMachine<H> {
                 self.first_dequeue_pending = Some(h.released_ns);
                 // It drains what it holds from now on: watched until it
                 // says it is done, so that a kill meanwhile loses nothing.
-                self.predecessor = Some((
-                    h.from_pid,
-                    now.saturating_add(PREDECESSOR_CHECK.as_nanos() as u64),
-                ));
-                for key in h.in_flight.iter().chain(&h.answered) {
-                    mark_answered(key);
-                }
+                self.watch(h.from_pid, now);
+                mark_handed(&h, mark_answered);
                 if !h.in_flight.is_empty() {
-                    let left = h
-                        .released_ns
-                        .saturating_add(h.grace_ns)
-                        .saturating_sub(monotonic_ns());
+                    let left = window_left(&h, monotonic_ns());
                     let ring = match self.owner_handback.take() {
                         Some((pid, ring)) if pid == h.from_pid => ring,
                         _ => None, // looked up at the first fragment
@@ -679,11 +682,38 @@ impl<H> ModeMachine<H> {
                 }
                 TookOver::Handed
             }
-            Taken::FromDead(pid) => {
+            Taken::FromDead { pid, earlier } => {
                 self.stats.taken = Some("from_dead");
+                if let Some(h) = earlier {
+                    // The handover the dead one had received: its keys are
+                    // not new requests to us either, and while its window
+                    // is open the process that made it may still drain
+                    // (and assemble): forward to it and watch it as the
+                    // dead one did.
+                    self.stats.inherited_in_flight = h.in_flight.len();
+                    self.stats.inherited_answered = h.answered.len();
+                    mark_handed(&h, mark_answered);
+                    let left = window_left(&h, monotonic_ns());
+                    if left > 0 {
+                        self.watch(h.from_pid, now);
+                        if !h.in_flight.is_empty() {
+                            self.forward = Some(Forward {
+                                from_pid: h.from_pid,
+                                ring: None, // looked up at the first fragment
+                                keys: h.in_flight.into_iter().collect(),
+                                until_ns: now.saturating_add(left),
+                            });
+                        }
+                    }
+                }
                 TookOver::FromDead(pid)
             }
         }
+    }
+
+    /// Watches `pid`, which yielded the ring, from `now` on.
+    fn watch(&mut self, pid: u32, now: u64) {
+        self.predecessor = Some((pid, now.saturating_add(PREDECESSOR_CHECK.as_nanos() as u64)));
     }
 
     /// After [`TookOver::FromDead`] or a [`Recover`]: `n` requests of a
@@ -799,6 +829,22 @@ impl<H> ModeMachine<H> {
     pub fn into_stats(self) -> SuccessionStats {
         self.stats
     }
+}
+
+/// Marks every key of a handover answered: its stragglers are late, not
+/// new requests.
+fn mark_handed(h: &Handover, mut mark_answered: impl FnMut(&RequestKey)) {
+    for key in h.in_flight.iter().chain(&h.answered) {
+        mark_answered(key);
+    }
+}
+
+/// How long a handover's forward window has left at `monotonic_now` (the
+/// clock its release was stamped with; 0: closed).
+fn window_left(h: &Handover, monotonic_now: u64) -> u64 {
+    h.released_ns
+        .saturating_add(h.grace_ns)
+        .saturating_sub(monotonic_now)
 }
 
 /// The keys a yielding IF hands over: those it is assembling, and those it
@@ -1153,7 +1199,15 @@ mod tests {
         let mut m = machine();
         m.watch_owner(OLD, Some);
         assert_eq!(m.not_taken(0), ArmWait::Spin);
-        let took = m.took(Taken::FromDead(OLD), S, |_| panic!("no keys"), no_clock);
+        let took = m.took(
+            Taken::FromDead {
+                pid: OLD,
+                earlier: None,
+            },
+            S,
+            |_| panic!("no keys"),
+            no_clock,
+        );
         assert_eq!(took, TookOver::FromDead(OLD));
         m.count_recovered(3);
         assert_eq!(m.stats().taken, Some("from_dead"));
@@ -1164,13 +1218,78 @@ mod tests {
 
     #[test]
     fn a_ring_taken_free_or_from_the_dead_has_no_predecessor_to_watch() {
-        for taken in [Taken::Free, Taken::FromDead(OLD)] {
+        for taken in [
+            Taken::Free,
+            Taken::FromDead {
+                pid: OLD,
+                earlier: None,
+            },
+        ] {
             let mut m = machine();
             m.took(taken, S, |_| panic!("no keys"), no_clock);
             assert_eq!(m.predecessor_due(100 * S), None);
             assert_eq!(m.predecessor_is(OLD, Predecessor::Dead), None);
             assert!(!m.stats().predecessor_died);
         }
+    }
+
+    /// The handover `handed` makes, as the zone still holds it.
+    fn earlier(in_flight: &[u64], answered: &[u64], released_ns: u64) -> Option<Handover> {
+        match handed(in_flight, answered, released_ns) {
+            Taken::Handed(h) => Some(h),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn a_ring_taken_from_a_dead_successor_adopts_the_handover_it_had_received() {
+        // OLD yielded to 300 at S; 300 died 50 ms later, in OLD's window.
+        let mut m = machine();
+        let now = S + 50 * MS;
+        let mut marked = Vec::new();
+        let took = m.took(
+            Taken::FromDead {
+                pid: 300,
+                earlier: earlier(&[1], &[2], S),
+            },
+            now,
+            |k| marked.push(*k),
+            || now,
+        );
+        assert_eq!(took, TookOver::FromDead(300));
+        assert_eq!(marked, [key(1), key(2)], "its keys are not new requests");
+        let f = m.forward_to(&key(1)).expect("OLD still assembles key 1");
+        assert_eq!(
+            (f.from_pid, f.ring, f.until_ns()),
+            (OLD, None, now + 150 * MS)
+        );
+        assert!(m.forward_to(&key(2)).is_none(), "answered, not forwarded");
+        let due = now + PREDECESSOR_CHECK.as_nanos() as u64;
+        assert_eq!(m.predecessor_due(due), Some(OLD), "OLD may still drain");
+        assert_eq!(m.switchover_gap(no_clock), None, "no switchover to time");
+        let s = m.stats();
+        assert_eq!(s.taken, Some("from_dead"));
+        assert_eq!((s.inherited_in_flight, s.inherited_answered), (1, 1));
+        assert_eq!((s.handed_in_flight, s.handed_answered), (0, 0));
+    }
+
+    #[test]
+    fn an_earlier_handover_past_its_window_only_marks_its_keys() {
+        let mut m = machine();
+        let now = S + 300 * MS;
+        let mut marked = Vec::new();
+        m.took(
+            Taken::FromDead {
+                pid: 300,
+                earlier: earlier(&[1], &[2], S),
+            },
+            now,
+            |k| marked.push(*k),
+            || now,
+        );
+        assert_eq!(marked, [key(1), key(2)]);
+        assert!(m.forward_to(&key(1)).is_none(), "its window closed");
+        assert_eq!(m.predecessor_due(100 * S), None, "nothing to watch");
     }
 
     #[test]
