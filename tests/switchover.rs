@@ -103,7 +103,13 @@ impl Platform {
     /// Starts a squeezenet IF (a shadow with `standby`); returns it and its
     /// control endpoint.
     fn start_if(&mut self, standby: bool) -> Result<(Daemon, String)> {
-        let (options, eal, listen) = self.if_args(standby);
+        self.start_if_with(standby, &[])
+    }
+
+    /// The same with more options.
+    fn start_if_with(&mut self, standby: bool, more: &[&str]) -> Result<(Daemon, String)> {
+        let (mut options, eal, listen) = self.if_args(standby);
+        options.extend(more.iter().map(|o| o.to_string()));
         let d = Daemon::start_bin(
             &["ip", "netns", "exec", self.net.get("PLATFORM_NS")],
             "kp-if",
@@ -545,6 +551,53 @@ fn a_new_active_killed_in_its_predecessors_window_answers_nothing_twice() -> Res
             ),
         ],
     )?;
+    Ok(())
+}
+
+/// An active killed while it refuses requests (no free slot: OVERLOADED at
+/// their first fragment, before the rest of them arrived): whoever takes
+/// the ring from it must not take the rest of a refused request for a new
+/// one, which it would answer again. The dead one's ledger lists the
+/// requests it answered early (refused, timed out) with their keys.
+#[test]
+fn an_active_killed_while_it_refuses_requests_answers_none_twice() -> Result<()> {
+    let mut p = Platform::up("refusing-kill")?;
+    // Two slots for 16 outstanding: most requests are refused at once.
+    let small = ["--capacity", "2"];
+    let (active, _) = p.start_if_with(false, &small)?;
+    let (shadow, shadow_ep) = p.start_if_with(true, &small)?;
+    let client = p.client_with(DRAIN_CONCURRENCY, "0")?;
+    p.wait_answers(DRAIN_CONCURRENCY)?;
+    Command::new("kill")
+        .args(["-KILL", &active.pid().to_string()])
+        .status()?;
+    wait_dead(active.pid())?;
+    drop(active);
+    ask(&shadow_ep, "activate")?;
+    wait_mode(&shadow_ep, "active")?;
+    // Long enough for the successor's time-out of a request it took for
+    // new to have passed: its answer would be out by then.
+    let since = Instant::now();
+    while since.elapsed() < Duration::from_millis(2 * REASSEMBLY_TIMEOUT_MS) {
+        p.wait_answers(DRAIN_CONCURRENCY)?;
+    }
+    let c = client.stop()?;
+    let last = shadow.stop()?;
+    p.finish()?;
+    let succession = &last["succession"];
+    eprintln!("client: {c}; successor: {succession}");
+    ensure!(succession["taken"] == "from_dead", "{succession}");
+    ensure!(
+        answers(&c, "overloaded") > DRAIN_CONCURRENCY
+            && succession["early_answers"].as_u64() > Some(0),
+        "too few refusals, or none in the dead one's ledger: the test did \
+         not exercise them ({c}; {succession})"
+    );
+    ensure!(c["duplicates"] == 0, "a request answered twice: {c}");
+    ensure!(
+        c["unanswered"] == 0 && c["answered"] == c["sent"],
+        "client: {c}"
+    );
     Ok(())
 }
 

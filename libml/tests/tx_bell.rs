@@ -3,7 +3,9 @@
 //! nothing rings it when nothing was enqueued, and what must follow an
 //! enqueue (the crash ledger's clear) runs before the ring: a woken
 //! if-manager never finds an answered request still in the ledger, where a
-//! successor of a process killed meanwhile would answer it again.
+//! successor of a process killed meanwhile would answer it again. The
+//! ledger's early answers (requests answered before all their fragments
+//! came) keep the latest ones, apart from the held requests.
 //!
 //! One `#[test]`: `rte_eal_init` runs once per process. It starts the EAL
 //! as a primary on its own `--file-prefix` (root and free 2 MiB hugepages,
@@ -18,7 +20,7 @@ use std::time::{Duration, Instant};
 use dpdk::{live_handles, Eal, MbufBurst, Mempool, ProcessType, Ring, RingFlags};
 use kp_wire::{FrameAddr, IfId, MacAddr, Status};
 use libml::names;
-use libml::runtime::handover::{Ledger, TxBell};
+use libml::runtime::handover::{Ledger, TxBell, EARLY_ANSWERS};
 use libml::runtime::{Answerer, ReplyTo};
 
 fn reply(request_id: u64) -> ReplyTo {
@@ -187,6 +189,31 @@ fn answers_wake_an_if_manager_dozing_on_the_tx_bell() {
             dozer.join().unwrap().1.is_empty(),
             "the woken if-manager saw an answered request"
         );
+
+        // Beside the slots, the requests answered early: the latest
+        // EARLY_ANSWERS, oldest first, as a successor reads them; none of
+        // them a held request, nor the other way round.
+        let early_of = |pid| -> Vec<u64> {
+            Ledger::lookup(pid)
+                .unwrap()
+                .early_answers()
+                .iter()
+                .map(|k| k.request_id)
+                .collect()
+        };
+        assert!(early_of(std::process::id()).is_empty());
+        ledger.hold(3, &reply(13));
+        let n = EARLY_ANSWERS as u64 + 6;
+        for id in 100..100 + n {
+            ledger.answered_early(&reply(id).key());
+        }
+        assert_eq!(
+            early_of(std::process::id()),
+            (106..100 + n).collect::<Vec<_>>()
+        );
+        let held: Vec<u64> = read_ledger().iter().map(|r| r.request_id).collect();
+        assert_eq!(held, [13]);
+        ledger.clear(3);
         drop(ledger);
 
         // Everything enqueued is on the ring.

@@ -49,10 +49,14 @@
 //!
 //! Each IF keeps a [`Ledger`] in its own memzone: one cache line per pool
 //! slot with the addressing of the request in it, written when the request
-//! takes the slot and cleared once its answer is on the TX ring. When a
-//! process takes a ring from a dead owner, it reads the dead one's ledger
-//! and answers every request still in it INTERNAL, and treats their keys as
-//! answered. The answer is enqueued *before* the entry is cleared, so a
+//! takes the slot and cleared once its answer is on the TX ring; and the
+//! keys of the latest [`EARLY_ANSWERS`] requests it answered before all
+//! their fragments came (refused at the first, timed out), written once the
+//! answer is on the TX ring. When a process takes a ring from a dead owner,
+//! it reads the dead one's ledger and answers every request still in it
+//! INTERNAL, and treats their keys as answered, and those answered early
+//! too (the rest of a refused request is late, not a new request that it
+//! would refuse again). The answer is enqueued *before* the entry is cleared, so a
 //! crash can cause at worst a duplicate answer, never a silent loss —
 //! except for fragments the dead process had dequeued but not yet looked
 //! at (at most one burst), whose request, if it had no other fragment, is
@@ -587,9 +591,23 @@ fn decode_key(a: &AtomicU64, b: &AtomicU64) -> RequestKey {
 /// Words per ledger entry: one cache line.
 const ENTRY: usize = 8;
 
-/// One process's record of the requests it holds, slot by slot (see the
-/// module doc). Each entry is written only by the thread that owns its
-/// slot at the time.
+/// How many of its latest early answers a ledger remembers
+/// ([`Ledger::answered_early`]): a request's fragments arrive within
+/// milliseconds, and an overloaded IF refuses a few thousand requests a
+/// second at most, so the last 1,024 cover every request whose fragments
+/// may still come.
+pub const EARLY_ANSWERS: usize = 1024;
+
+/// Where the early answers begin (after one line holding their count),
+/// and where the slots' entries begin, in words.
+const EARLY_AT: usize = ENTRY;
+const SLOTS_AT: usize = EARLY_AT + 2 * EARLY_ANSWERS;
+
+/// One process's record of the requests it holds, slot by slot, and of
+/// the latest requests it answered before all their fragments came (see
+/// the module doc). Each slot's entry is written only by the thread that
+/// owns its slot at the time; the early answers only by the fragment
+/// thread.
 #[derive(Debug)]
 pub struct Ledger {
     zone: Memzone,
@@ -600,21 +618,54 @@ impl Ledger {
     pub fn create(slots: usize, socket: SocketId) -> Result<Ledger, DpdkError> {
         let name = names::ledger(std::process::id());
         Ok(Ledger {
-            zone: reserve_zeroed(&name, slots.max(1) * ENTRY * 8, socket)?,
+            zone: reserve_zeroed(&name, (SLOTS_AT + slots.max(1) * ENTRY) * 8, socket)?,
         })
     }
 
     /// Finds the ledger of (dead) process `pid`.
     pub fn lookup(pid: u32) -> Result<Ledger, DpdkError> {
-        Ok(Ledger {
-            zone: Memzone::lookup(&names::ledger(pid))?,
-        })
+        let name = names::ledger(pid);
+        let zone = Memzone::lookup(&name)?;
+        if zone.len() < (SLOTS_AT + ENTRY) * 8 {
+            return Err(DpdkError::NotFound {
+                op: "Ledger::lookup (too small to be a ledger)",
+                name,
+            });
+        }
+        Ok(Ledger { zone })
     }
 
     fn entry(&self, slot: usize) -> Option<&[AtomicU64]> {
-        self.zone
-            .as_atomic_u64s()
-            .get(slot * ENTRY..(slot + 1) * ENTRY)
+        let at = SLOTS_AT + slot * ENTRY;
+        self.zone.as_atomic_u64s().get(at..at + ENTRY)
+    }
+
+    /// Records that the request `key` was answered before all its
+    /// fragments arrived (refused, timed out): whoever takes over from us
+    /// if we die must not take its later fragments for a new request. Call
+    /// after the answer is on the TX ring, from the fragment thread only.
+    #[inline]
+    pub fn answered_early(&self, key: &RequestKey) {
+        let words = self.zone.as_atomic_u64s();
+        let n = words[0].load(Ordering::Relaxed);
+        let at = EARLY_AT + 2 * (n as usize % EARLY_ANSWERS);
+        let (a, b) = encode_key(key);
+        words[at].store(a, Ordering::Relaxed);
+        words[at + 1].store(b, Ordering::Relaxed);
+        words[0].store(n + 1, Ordering::Release);
+    }
+
+    /// The latest requests answered early, oldest first (at most
+    /// [`EARLY_ANSWERS`]).
+    pub fn early_answers(&self) -> Vec<RequestKey> {
+        let words = self.zone.as_atomic_u64s();
+        let n = words[0].load(Ordering::Acquire) as usize;
+        (n.saturating_sub(EARLY_ANSWERS)..n)
+            .map(|i| {
+                let at = EARLY_AT + 2 * (i % EARLY_ANSWERS);
+                decode_key(&words[at], &words[at + 1])
+            })
+            .collect()
     }
 
     /// Records that `slot` holds the request answered to `reply`.
@@ -659,7 +710,7 @@ impl Ledger {
             let b = v.to_be_bytes();
             MacAddr([b[2], b[3], b[4], b[5], b[6], b[7]])
         };
-        words
+        words[SLOTS_AT..]
             .chunks_exact(ENTRY)
             .filter(|e| e[0].load(Ordering::Acquire) == 1)
             .map(|e| {

@@ -395,6 +395,7 @@ pub fn serve(
             "forwarded": stats.forwarded,
             "forward_lost": stats.forward_lost,
             "recovered_internal": stats.recovered,
+            "early_answers": stats.early_answers,
             "predecessor_died": stats.predecessor_died,
             "inherited_in_flight": stats.inherited_in_flight,
             "inherited_answered": stats.inherited_answered,
@@ -525,14 +526,15 @@ fn fragment_loop<'p>(
                         // since it died go back to the pool.
                         free_what_waits(&ring);
                     }
-                    machine.count_recovered(recover_from_dead(
+                    let (n, early) = recover_from_dead(
                         dead.pid,
                         answerer,
                         reassembler,
                         telemetry,
                         now,
                         &mut counters.send_failed,
-                    ));
+                    );
+                    machine.count_recovered(n, early);
                 }
             }
         }
@@ -551,14 +553,15 @@ fn fragment_loop<'p>(
                 let mark_answered = |key: &RequestKey| reassembler.mark_answered(key, now);
                 let took = machine.took(taken, now, mark_answered, kp_os::affinity::monotonic_ns);
                 if let TookOver::FromDead(pid) = took {
-                    machine.count_recovered(recover_from_dead(
+                    let (n, early) = recover_from_dead(
                         pid,
                         answerer,
                         reassembler,
                         telemetry,
                         now,
                         &mut counters.send_failed,
-                    ));
+                    );
+                    machine.count_recovered(n, early);
                 }
                 // A parked shadow served nothing (what it answered for a
                 // dead predecessor, just now, counts): run time and rates
@@ -904,7 +907,8 @@ fn free_what_waits(ring: &Ring) {
 }
 
 /// Answers INTERNAL every request a dead predecessor (`pid`) held, from its
-/// ledger, and remembers them as answered. Returns how many.
+/// ledger, and remembers them as answered, with those it answered early.
+/// Returns how many it answered, and how many early answers it adopted.
 fn recover_from_dead(
     pid: u32,
     answerer: &Answerer,
@@ -912,11 +916,17 @@ fn recover_from_dead(
     telemetry: &mut TelemetryWriter<'_>,
     now: u64,
     send_failed: &mut u64,
-) -> u64 {
+) -> (u64, u64) {
     let Ok(ledger) = handover::Ledger::lookup(pid) else {
         tracing::warn!("kp-if: predecessor {pid} died and left no ledger");
-        return 0;
+        return (0, 0);
     };
+    // What it answered before all their fragments came (refused, timed
+    // out): the rest of them is late, not new requests.
+    let early = ledger.early_answers();
+    for key in &early {
+        reassembler.mark_answered(key, now);
+    }
     let held = ledger.held();
     for reply in &held {
         reassembler.mark_answered(&reply.key(), now);
@@ -927,7 +937,7 @@ fn recover_from_dead(
         "kp-if: took over from dead {pid}; answered its {} requests INTERNAL",
         held.len()
     );
-    held.len() as u64
+    (held.len() as u64, early.len() as u64)
 }
 
 /// What the if-manager put on the ring.
@@ -1339,9 +1349,10 @@ fn span_of(r: &Ready<'_>, status: Status, n: u16, start: u64, end: u64, sent: u6
 }
 
 /// Answers `reply` alone with an error `status` (the fragment thread's
-/// rejections, expiries and drains), counted; the `slot` it held, if any,
-/// leaves the ledger once the answer is on the TX ring and before the
-/// doorbell wakes the if-manager.
+/// rejections, expiries and drains: before all its fragments came),
+/// counted; the `slot` it held, if any, leaves the ledger, and the request
+/// enters its early answers, once the answer is on the TX ring and before
+/// the doorbell wakes the if-manager.
 #[allow(clippy::too_many_arguments)]
 fn answer_alone(
     answerer: &Answerer,
@@ -1359,6 +1370,7 @@ fn answer_alone(
         if let Some(slot) = slot {
             ledger.clear(slot.index());
         }
+        ledger.answered_early(&reply.key());
     });
     counters.send_failed += u64::from(sent.is_err());
     telemetry.on_answer(status, u64::from(latency), now);

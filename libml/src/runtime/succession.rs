@@ -404,6 +404,9 @@ pub struct SuccessionStats {
     /// owning the ring, or one that died while it drained after yielding
     /// it to us).
     pub recovered: u64,
+    /// Requests a dead predecessor had answered before all their
+    /// fragments came (its ledger's early answers), taken as answered.
+    pub early_answers: u64,
     /// The predecessor that yielded to us died before it had answered
     /// everything it held.
     pub predecessor_died: bool,
@@ -717,9 +720,11 @@ impl<H> ModeMachine<H> {
     }
 
     /// After [`TookOver::FromDead`] or a [`Recover`]: `n` requests of a
-    /// dead predecessor were answered INTERNAL.
-    pub fn count_recovered(&mut self, n: u64) {
+    /// dead predecessor were answered INTERNAL, and `early` it had answered
+    /// early were taken as answered.
+    pub fn count_recovered(&mut self, n: u64, early: u64) {
         self.stats.recovered += n;
+        self.stats.early_answers += early;
     }
 
     /// At a tick at `now`: the pid of the predecessor that yielded to us,
@@ -1209,9 +1214,9 @@ mod tests {
             no_clock,
         );
         assert_eq!(took, TookOver::FromDead(OLD));
-        m.count_recovered(3);
+        m.count_recovered(3, 5);
         assert_eq!(m.stats().taken, Some("from_dead"));
-        assert_eq!(m.stats().recovered, 3);
+        assert_eq!((m.stats().recovered, m.stats().early_answers), (3, 5));
         assert!(m.forward_to(&key(1)).is_none(), "nothing to forward");
         assert_eq!(m.switchover_gap(no_clock), None);
     }
@@ -1330,7 +1335,7 @@ mod tests {
             })
         );
         assert!(m.forward_to(&key(1)).is_none());
-        m.count_recovered(2);
+        m.count_recovered(2, 0);
         assert_eq!(m.predecessor_due(100 * S), None);
         assert_eq!(m.predecessor_is(OLD, Predecessor::Dead), None, "once");
         let s = m.stats();
