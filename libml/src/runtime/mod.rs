@@ -510,16 +510,9 @@ fn fragment_loop<'p>(
                 break;
             }
             if let Some(pid) = machine.predecessor_due(now) {
-                // Alive first: one that says it drained and then exits is
-                // seen drained whichever way the two reads fall.
+                // Alive first, then the drained word (`Predecessor::of`).
                 let alive = kp_os::affinity::process_alive(pid);
-                let found = if succession.control.drained() == pid {
-                    Predecessor::Drained
-                } else if alive {
-                    Predecessor::Alive
-                } else {
-                    Predecessor::Dead
-                };
+                let found = Predecessor::of(pid, alive, succession.control.drained());
                 if let Some(dead) = machine.predecessor_is(pid, found) {
                     if let Some(ring) = dead.handback {
                         // Its consumer is gone: the fragments sent back

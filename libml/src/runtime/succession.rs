@@ -436,6 +436,22 @@ pub enum Predecessor {
     Dead,
 }
 
+impl Predecessor {
+    /// What `pid` is, from whether it was `alive` (read first) and which
+    /// pid the zone's `DRAINED` word named (read second): one that says it
+    /// drained and then exits is seen drained whichever way the two reads
+    /// fall; gone without having said so, it was killed.
+    pub fn of(pid: u32, alive: bool, drained: u32) -> Predecessor {
+        if drained == pid {
+            Predecessor::Drained
+        } else if alive {
+            Predecessor::Alive
+        } else {
+            Predecessor::Dead
+        }
+    }
+}
+
 /// A predecessor found dead while it drained: answer INTERNAL what its
 /// ledger still holds, and free what waits in its hand-back ring (nobody
 /// will dequeue it), if it was looked up.
@@ -1295,6 +1311,26 @@ mod tests {
         assert_eq!(marked, [key(1), key(2)]);
         assert!(m.forward_to(&key(1)).is_none(), "its window closed");
         assert_eq!(m.predecessor_due(100 * S), None, "nothing to watch");
+    }
+
+    #[test]
+    fn a_predecessor_is_dead_only_if_gone_without_saying_it_drained() {
+        use Predecessor::{Alive, Dead, Drained};
+        // (alive, drained word) -> what it is; the pid is 7.
+        for ((alive, drained), want) in [
+            ((true, 0), Alive),
+            ((true, 8), Alive),
+            ((true, 7), Drained), // said so, not gone yet
+            ((false, 7), Drained),
+            ((false, 0), Dead),
+            ((false, 8), Dead), // another one drained
+        ] {
+            assert_eq!(
+                Predecessor::of(7, alive, drained),
+                want,
+                "{alive} {drained}"
+            );
+        }
     }
 
     #[test]
