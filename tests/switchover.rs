@@ -45,14 +45,19 @@ const CONCURRENCY: u64 = 4;
 /// kill.
 const DRAIN_CONCURRENCY: u64 = 16;
 
-/// Waits until `pid` is gone (reaped or a zombie), as the orchestrator's
-/// reaping would.
-fn wait_dead(pid: u32) -> Result<()> {
+/// SIGKILLs `kp_if` and waits until it is gone (reaped or a zombie), as
+/// the orchestrator's reaping would.
+fn kill9(kp_if: Daemon) -> Result<()> {
+    let pid = kp_if.pid();
+    Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()?;
     let deadline = Instant::now() + HUNG;
     while kp_os::affinity::process_alive(pid) {
         ensure!(Instant::now() < deadline, "the killed IF is still alive");
         std::thread::sleep(Duration::from_millis(5));
     }
+    drop(kp_if);
     Ok(())
 }
 
@@ -343,12 +348,7 @@ fn a_killed_active_is_replaced_by_its_shadow_and_nothing_is_silently_lost() -> R
     let client = p.client("0")?;
     // The active serves (and holds requests) when it is killed.
     p.wait_answers(4)?;
-    Command::new("kill")
-        .args(["-KILL", &active.pid().to_string()])
-        .status()?;
-    // What the orchestrator does when it reaps a dead active.
-    wait_dead(active.pid())?;
-    drop(active);
+    kill9(active)?;
     ask(&shadow_ep, "activate")?;
     wait_mode(&shadow_ep, "active")?;
     // The successor serves: more answers than the dead one can have held
@@ -425,11 +425,7 @@ fn an_active_killed_while_it_drains_after_yielding_loses_nothing() -> Result<()>
     ask(&shadow_ep, "activate")?;
     let yielded = ask(&active_ep, "yield")?;
     ensure!(yielded["mode"] == "draining", "yield: {yielded}");
-    Command::new("kill")
-        .args(["-KILL", &active.pid().to_string()])
-        .status()?;
-    wait_dead(active.pid())?;
-    drop(active);
+    kill9(active)?;
     wait_mode(&shadow_ep, "active")?;
     // The successor serves beyond what the dead one can have held.
     p.wait_answers(DRAIN_CONCURRENCY)?;
@@ -496,11 +492,7 @@ fn a_new_active_killed_in_its_predecessors_window_answers_nothing_twice() -> Res
     let yielded = ask(&old_ep, "yield")?;
     ensure!(yielded["mode"] == "draining", "yield: {yielded}");
     wait_mode(&new_ep, "active")?;
-    Command::new("kill")
-        .args(["-KILL", &new.pid().to_string()])
-        .status()?;
-    wait_dead(new.pid())?;
-    drop(new);
+    kill9(new)?;
     ask(&third_ep, "activate")?;
     wait_mode(&third_ep, "active")?;
     // The old active drains and exits by itself, after its window: by then
@@ -568,11 +560,7 @@ fn an_active_killed_while_it_refuses_requests_answers_none_twice() -> Result<()>
     let (shadow, shadow_ep) = p.start_if_with(true, &small)?;
     let client = p.client_with(DRAIN_CONCURRENCY, "0")?;
     p.wait_answers(DRAIN_CONCURRENCY)?;
-    Command::new("kill")
-        .args(["-KILL", &active.pid().to_string()])
-        .status()?;
-    wait_dead(active.pid())?;
-    drop(active);
+    kill9(active)?;
     ask(&shadow_ep, "activate")?;
     wait_mode(&shadow_ep, "active")?;
     // Long enough for the successor's time-out of a request it took for

@@ -1262,11 +1262,11 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_ring_taken_from_a_dead_successor_adopts_the_handover_it_had_received() {
-        // OLD yielded to 300 at S; 300 died 50 ms later, in OLD's window.
+    /// A machine that took the ring at `now` from 300, dead, to which OLD
+    /// had yielded at S with key 1 in flight and key 2 answered; and the
+    /// keys it marked answered.
+    fn taken_from_dead_successor(now: u64) -> (ModeMachine<FakeRing>, TookOver, Vec<RequestKey>) {
         let mut m = machine();
-        let now = S + 50 * MS;
         let mut marked = Vec::new();
         let took = m.took(
             Taken::FromDead {
@@ -1277,6 +1277,14 @@ mod tests {
             |k| marked.push(*k),
             || now,
         );
+        (m, took, marked)
+    }
+
+    #[test]
+    fn a_ring_taken_from_a_dead_successor_adopts_the_handover_it_had_received() {
+        // 300 died 50 ms after OLD yielded to it, in OLD's window.
+        let now = S + 50 * MS;
+        let (mut m, took, marked) = taken_from_dead_successor(now);
         assert_eq!(took, TookOver::FromDead(300));
         assert_eq!(marked, [key(1), key(2)], "its keys are not new requests");
         let f = m.forward_to(&key(1)).expect("OLD still assembles key 1");
@@ -1296,18 +1304,7 @@ mod tests {
 
     #[test]
     fn an_earlier_handover_past_its_window_only_marks_its_keys() {
-        let mut m = machine();
-        let now = S + 300 * MS;
-        let mut marked = Vec::new();
-        m.took(
-            Taken::FromDead {
-                pid: 300,
-                earlier: earlier(&[1], &[2], S),
-            },
-            now,
-            |k| marked.push(*k),
-            || now,
-        );
+        let (mut m, _, marked) = taken_from_dead_successor(S + 300 * MS);
         assert_eq!(marked, [key(1), key(2)]);
         assert!(m.forward_to(&key(1)).is_none(), "its window closed");
         assert_eq!(m.predecessor_due(100 * S), None, "nothing to watch");
