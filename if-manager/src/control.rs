@@ -26,7 +26,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use dpdk::{MbufBurst, Ring, RingFlags, SocketId};
+use dpdk::{Ring, RingFlags, SocketId};
 use kp_schema::messages::{codes, ErrorBody};
 use kp_wire::IfId;
 use libml::runtime::handover::IfControl;
@@ -223,7 +223,7 @@ impl Registry {
                 self.gate.live_ifs.fetch_sub(1, Ordering::Relaxed);
             }
         }
-        let drained = route.map(|r| drain_ring(&r.ring)).unwrap_or(0);
+        let drained = route.map_or(0, |r| r.ring.free_queued());
         Ok(json!({ "ok": true, "if_id": if_id.0, "drained": drained }))
     }
 
@@ -269,20 +269,6 @@ fn not_registered(if_id: IfId) -> ErrorBody {
 
 fn failed(why: impl std::fmt::Display) -> ErrorBody {
     ErrorBody::new(codes::FAILED, why)
-}
-
-/// Dequeues and frees every mbuf left on `ring`; returns how many.
-pub fn drain_ring(ring: &Ring) -> u64 {
-    let mut burst = MbufBurst::<32>::new();
-    let mut n = 0;
-    loop {
-        let got = ring.dequeue_burst(&mut burst);
-        if got == 0 {
-            return n;
-        }
-        n += got as u64;
-        burst.clear(); // frees them
-    }
 }
 
 /// Serves the control socket until `stop` is set. Runs on its own thread.

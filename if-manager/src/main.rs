@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use if_manager::classify::DstFilter;
 use if_manager::config::{names, Args, MBUF_HEADROOM};
-use if_manager::control::{self, drain_ring, Gate, Registry};
+use if_manager::control::{self, Gate, Registry};
 use if_manager::dataplane::DataPlane;
 use if_manager::outcome::Counters;
 use if_manager::routes::RouteTable;
@@ -247,9 +247,9 @@ fn serve(
     // Free every fragment and response still queued.
     let mut drained = serde_json::Map::new();
     for (if_id, route) in dp.routes.take_all() {
-        drained.insert(if_id.0.to_string(), json!(drain_ring(&route.ring)));
+        drained.insert(if_id.0.to_string(), json!(route.ring.free_queued()));
     }
-    let tx_drained = drain_ring(&tx_ring);
+    let tx_drained = tx_ring.free_queued();
     if stopping.elapsed() > Duration::from_secs(1) {
         eprintln!(
             "if-manager: stopping took {:?} up to the rings' drain",

@@ -115,6 +115,20 @@ impl RawRing {
         got
     }
 
+    /// Dequeues and frees everything queued; returns how many.
+    fn free_queued(self) -> u64 {
+        let mut burst = MbufBurst::<64>::new();
+        let mut n = 0;
+        loop {
+            let got = self.dequeue_burst(&mut burst);
+            if got == 0 {
+                return n;
+            }
+            n += got as u64;
+            burst.clear(); // frees them
+        }
+    }
+
     #[inline]
     fn enqueue(self, m: Mbuf) -> Result<(), Mbuf> {
         let obj = m.as_ptr().cast::<c_void>();
@@ -306,6 +320,13 @@ impl Ring {
         self.raw.dequeue_burst(burst)
     }
 
+    /// Dequeues and frees every mbuf queued; returns how many. For the
+    /// ring's consumer, or for anyone once its consumer is gone (a dead
+    /// process's ring, a route being removed).
+    pub fn free_queued(&self) -> u64 {
+        self.raw.free_queued()
+    }
+
     /// Dequeues one mbuf.
     #[inline]
     pub fn dequeue(&self) -> Option<Mbuf> {
@@ -351,10 +372,7 @@ impl Drop for Ring {
             return;
         }
         // The creator's last handle: free what is queued, then the ring.
-        let mut burst = MbufBurst::<64>::new();
-        while self.raw.dequeue_burst(&mut burst) > 0 {
-            burst.clear();
-        }
+        self.raw.free_queued();
         // SAFETY:
         // - this process created the ring and this was its last handle
         //   here; it is empty; the EAL runs (claim held until after this

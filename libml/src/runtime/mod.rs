@@ -517,7 +517,7 @@ fn fragment_loop<'p>(
                     if let Some(ring) = dead.handback {
                         // Its consumer is gone: the fragments sent back
                         // since it died go back to the pool.
-                        free_what_waits(&ring);
+                        ring.free_queued();
                     }
                     let (n, early) = recover_from_dead(
                         dead.pid,
@@ -616,62 +616,35 @@ fn fragment_loop<'p>(
         // rung once per burst that did).
         let mut completed = false;
         for (i, mbuf) in burst.iter().enumerate() {
-            let (reply, header, payload_at) = match parse(mbuf) {
-                Some(Parsed::Fragment(reply, header, payload_at)) => (reply, header, payload_at),
-                Some(Parsed::ShedNotice(reply, header)) => {
-                    if machine.forward_to(&reply.key()).is_some() {
-                        to_forward |= 1 << i;
-                        continue;
-                    }
-                    // The if-manager could not deliver a fragment of this
-                    // request: answer it OVERLOADED unless it was answered.
-                    let requests_before = reassembler.counters().requests;
-                    let outcome = reassembler.on_shed_notice(reply.key(), &header, now);
-                    if reassembler.counters().requests != requests_before {
-                        telemetry.on_arrival(now);
-                    }
-                    if let FragmentOutcome::Reject {
-                        status,
-                        first_seen_ns,
-                        freed,
-                        ..
-                    } = outcome
-                    {
-                        answer_alone(
-                            answerer,
-                            ledger,
-                            &reply,
-                            status,
-                            first_seen_ns,
-                            freed,
-                            now,
-                            counters,
-                            telemetry,
-                        );
-                        if let Some(slot) = freed {
-                            replies[slot.index()] = None;
-                        }
-                    }
-                    continue;
-                }
-                None => {
-                    counters.fragments += 1;
-                    counters.unparsable += 1;
-                    continue;
-                }
+            let Some(parsed) = parse(mbuf) else {
+                counters.fragments += 1;
+                counters.unparsable += 1;
+                continue;
+            };
+            // A shed notice carries no payload: the if-manager could not
+            // deliver a fragment of its request, which is answered
+            // OVERLOADED below unless it was answered (a notice ends in
+            // `Reject` or `Late`, never in a store).
+            let (reply, header, payload_at) = match parsed {
+                Parsed::Fragment(reply, header, payload_at) => (reply, header, Some(payload_at)),
+                Parsed::ShedNotice(reply, header) => (reply, header, None),
             };
             let key = reply.key();
             if machine.forward_to(&key).is_some() {
                 to_forward |= 1 << i;
                 continue;
             }
-            counters.fragments += 1;
             let requests_before = reassembler.counters().requests;
-            let outcome = reassembler.on_fragment(key, &header, now);
+            let outcome = if payload_at.is_some() {
+                counters.fragments += 1;
+                reassembler.on_fragment(key, &header, now)
+            } else {
+                reassembler.on_shed_notice(key, &header, now)
+            };
             if reassembler.counters().requests != requests_before {
                 telemetry.on_arrival(now);
             }
-            let payload = &mbuf.data()[payload_at..];
+            let payload = payload_at.map_or(&[][..], |at| &mbuf.data()[at..]);
             counters.payload_bytes += payload.len() as u64;
             match outcome {
                 FragmentOutcome::Store { slot, offset } => {
@@ -889,14 +862,6 @@ fn forward_back(f: &mut Forward<Ring>, mbuf: dpdk::Mbuf) -> bool {
         f.ring = Ring::lookup(&crate::names::handback_ring(f.from_pid)).ok();
     }
     f.ring.as_ref().is_some_and(|r| r.enqueue(mbuf).is_ok())
-}
-
-/// Frees every mbuf waiting on `ring`, whose consumer died.
-fn free_what_waits(ring: &Ring) {
-    let mut burst = MbufBurst::<BURST>::new();
-    while ring.dequeue_burst(&mut burst) > 0 {
-        burst.clear(); // frees them
-    }
 }
 
 /// Answers INTERNAL every request a dead predecessor (`pid`) held, from its
