@@ -415,7 +415,7 @@ pub struct SuccessionStats {
     /// already, or forwarded to the process that yielded while its window
     /// is open).
     pub inherited_in_flight: usize,
-    /// ...
+    /// ... and as answered.
     pub inherited_answered: usize,
     /// We yielded the ring to a successor.
     pub yielded: bool,
@@ -692,12 +692,7 @@ impl<H> ModeMachine<H> {
                         Some((pid, ring)) if pid == h.from_pid => ring,
                         _ => None, // looked up at the first fragment
                     };
-                    self.forward = Some(Forward {
-                        from_pid: h.from_pid,
-                        ring,
-                        keys: h.in_flight.into_iter().collect(),
-                        until_ns: now.saturating_add(left),
-                    });
+                    self.forward_back(h, ring, now.saturating_add(left));
                 }
                 TookOver::Handed
             }
@@ -715,19 +710,28 @@ impl<H> ModeMachine<H> {
                     let left = window_left(&h, monotonic_ns());
                     if left > 0 {
                         self.watch(h.from_pid, now);
-                        if !h.in_flight.is_empty() {
-                            self.forward = Some(Forward {
-                                from_pid: h.from_pid,
-                                ring: None, // looked up at the first fragment
-                                keys: h.in_flight.into_iter().collect(),
-                                until_ns: now.saturating_add(left),
-                            });
-                        }
+                        // Its ring is looked up at the first fragment.
+                        self.forward_back(h, None, now.saturating_add(left));
                     }
                 }
                 TookOver::FromDead(pid)
             }
         }
+    }
+
+    /// Sends the fragments of `h`'s in-flight requests back to the process
+    /// that yielded (through `ring`, if looked up) until `until_ns`;
+    /// nothing if none was in flight.
+    fn forward_back(&mut self, h: Handover, ring: Option<H>, until_ns: u64) {
+        if h.in_flight.is_empty() {
+            return;
+        }
+        self.forward = Some(Forward {
+            from_pid: h.from_pid,
+            ring,
+            keys: h.in_flight.into_iter().collect(),
+            until_ns,
+        });
     }
 
     /// Watches `pid`, which yielded the ring, from `now` on.
@@ -773,12 +777,10 @@ impl<H> ModeMachine<H> {
         self.stats.predecessor_died = true;
         // Its in-flight keys stay marked answered: their stragglers are
         // late, as after the window.
-        let handback = match self.forward.take() {
-            Some(f) if f.from_pid == pid => f.ring,
-            other => {
-                self.forward = other;
-                None
-            }
+        let handback = if self.forward.as_ref().is_some_and(|f| f.from_pid == pid) {
+            self.forward.take().and_then(|f| f.ring)
+        } else {
+            None
         };
         Some(Recover { pid, handback })
     }
