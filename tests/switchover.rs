@@ -224,6 +224,13 @@ impl Platform {
         }
     }
 
+    /// [`Self::finish`], and how many of the datagrams the client `c`
+    /// sent never reached the if-manager (dropped by the kernel).
+    fn finish_counting_lost(self, c: &Value) -> Result<u64> {
+        let ifm = self.finish()?;
+        datagrams_lost(datagrams_sent(c)?, datagrams_received(&ifm)?)
+    }
+
     fn finish(mut self) -> Result<Value> {
         let report = self.ifm.take().expect("running").stop()?;
         let left = dpdk_files_left(&self.prefix);
@@ -356,8 +363,7 @@ fn a_killed_active_is_replaced_by_its_shadow_and_nothing_is_silently_lost() -> R
     p.wait_answers(4)?;
     let c = client.stop()?;
     let last = shadow.stop()?;
-    let ifm = p.finish()?;
-    let lost = datagrams_lost(datagrams_sent(&c)?, datagrams_received(&ifm)?)?;
+    let lost = p.finish_counting_lost(&c)?;
     eprintln!(
         "client: {c}; successor: {}; datagrams lost: {lost}",
         last["succession"]
@@ -431,8 +437,7 @@ fn an_active_killed_while_it_drains_after_yielding_loses_nothing() -> Result<()>
     p.wait_answers(DRAIN_CONCURRENCY)?;
     let c = client.stop()?;
     let last = shadow.stop()?;
-    let ifm = p.finish()?;
-    let lost = datagrams_lost(datagrams_sent(&c)?, datagrams_received(&ifm)?)?;
+    let lost = p.finish_counting_lost(&c)?;
     eprintln!(
         "client: {c}; successor: {}; datagrams lost: {lost}",
         last["succession"]
@@ -503,8 +508,7 @@ fn a_new_active_killed_in_its_predecessors_window_answers_nothing_twice() -> Res
     p.wait_answers(4)?;
     let c = client.stop()?;
     let last = third.stop()?;
-    let ifm = p.finish()?;
-    let lost = datagrams_lost(datagrams_sent(&c)?, datagrams_received(&ifm)?)?;
+    let lost = p.finish_counting_lost(&c)?;
     let succession = &last["succession"];
     eprintln!(
         "client: {c}; old active: {}; third: {succession}; datagrams lost: {lost}",
