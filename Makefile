@@ -8,7 +8,7 @@ PROFILE ?= release
 PYTHON  ?= .venv/bin/python
 CARGO_FLAGS := --profile $(PROFILE) --locked
 
-.PHONY: all setup build python models test test-models demo demo-offline bench bench-platform bench-peers chaos overload fuzz miri gpu-bundle gpu-check gpu-platform-bundle gpu-platform gpu-all lint fmt clean
+.PHONY: all setup build python models test test-models demo demo-offline bench bench-platform bench-peers bench-provenance chaos overload fuzz miri gpu-bundle gpu-check gpu-platform-bundle gpu-platform gpu-all lint fmt clean
 
 all: build
 
@@ -98,6 +98,7 @@ demo-offline: build
 # BENCH_SYSTEMS and the rest: see its --help), which takes most of a day.
 # Each script writes its report into its generated section of
 # docs/PERFORMANCE.md (BENCH_UPDATE_DOCS=1; run alone, they leave the docs).
+# Each ends with bench-provenance: which sections measured the code as it is.
 bench: bench-platform bench-peers
 
 # The platform's benchmarks, each writing its section: the if-manager's
@@ -121,6 +122,7 @@ bench-platform: build models python
 	BENCH_UPDATE_DOCS=1 bench/bench_gateway.sh --rounds 5 --duration 5 --rate 50
 	BENCH_UPDATE_DOCS=1 CARGO=$(CARGO) scripts/bench-classify.sh
 	BENCH_UPDATE_DOCS=1 CARGO=$(CARGO) scripts/bench-layout.sh
+	$(PYTHON) bench/provenance.py --update
 
 # BENCH_REPEATS runs (3), from K = BENCH_REPEAT_FROM (1), each model of
 # BENCH_MODELS (squeezenet,resnet50) on its own into
@@ -141,6 +143,14 @@ bench-peers: build models
 	  done; \
 	done
 	$(PYTHON) bench/bench.py --combine $(PEER_RUNS)
+	$(PYTHON) bench/provenance.py --update
+
+# The table at the top of docs/PERFORMANCE.md: the commit each generated
+# section names, and whether its measured code (bench/provenance.py: all
+# but documentation, tests, fuzz targets, CI and report rendering) is the
+# code as it is now. Seconds; git only.
+bench-provenance:
+	$(PYTHON) bench/provenance.py --update
 
 # Chaos under load (docs/RELIABILITY.md, "Chaos"): two IFs under open-loop
 # load while a seeded schedule SIGKILLs actives, shadows, kp-ifs loading

@@ -21,7 +21,9 @@ with its spread, and a comparison called a win (or a loss) only when the
 two capacity spreads do not overlap; the conclusions are written by
 report.repeats_markdown, not by hand. The runs may come from separate
 sessions (BENCH_REPEAT_FROM picks the first K to run, BENCH_MODELS the
-models), and --combine says so when they are not all of one commit.
+models), and --combine says so when they did not all measure the same
+code (bench/provenance.py: commits that differ only in documentation,
+tests or report code are one record).
 
 Per model (the SLO: BENCH_SLO_X times the engine's batch-1 median measured
 in the same run, 4 by default, or models/<name>/config.toml's with 0):
@@ -148,6 +150,7 @@ sys.path.insert(0, str(BENCH))
 import capacity_search  # noqa: E402
 import report  # noqa: E402
 import host  # noqa: E402
+import provenance  # noqa: E402
 
 PEER_VENVS = REPO / ".venv-peers"
 PEER_PACKAGES = {
@@ -1195,7 +1198,9 @@ def main() -> int:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     t_start = time.monotonic()
-    meta = {"started": time.strftime("%Y-%m-%d %H:%M %Z"), "git": host.git_head(str(REPO)), "machine": machine_info(),
+    commit = host.git_head(str(REPO))
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M %Z"), "git": commit,
+            "measured": provenance.measured_digest(commit) if commit else None, "machine": machine_info(),
             "loadavg_start": list(os.getloadavg()), "settings": s.as_dict(), "models": s.models,
             "systems": s.systems, "versions": {"onnxruntime": importlib.metadata.version("onnxruntime")},
             "peers": {}, "errors": {}, "model_info": {},
@@ -1444,6 +1449,11 @@ def combine(top: Path, s: Settings, docs: Path, echo: bool = True) -> int:
     if not dirs:
         raise SystemExit(f"bench: no run in {top}/rep-*/ (run `make bench-peers`)")
     runs = [json.loads((d / "summary.json").read_text()) for d in dirs]
+    for r in runs:
+        # Runs taken before summaries named their measured code: git
+        # names it from the commit, where this checkout has that commit.
+        if not r["meta"].get("measured") and r["meta"].get("git"):
+            r["meta"]["measured"] = provenance.measured_digest(r["meta"]["git"])
     last: dict[str, Path] = {}
     for d, r in zip(dirs, runs):
         for m in r["models"]:

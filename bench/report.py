@@ -547,12 +547,21 @@ def repeats_markdown(runs: list[dict]) -> str:
         L += [f"#### {row['model']} (SLO {spread_text(row['slo_ms'], 1, ' ms')}; engine limit "
               f"{spread_text(row['engine_limit'])} images/s)", "",
               f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: {mine}; on {' and '.join(machines)}.", ""]
-        # A model's runs are one record only if they measured one commit
-        # (each model's series may be of its own commit).
+        # A model's runs are one record only if they measured the same
+        # code (each model's series may be of its own): one commit, or
+        # commits whose measured code (bench/provenance.py, meta
+        # "measured") is the same.
         theirs_commits = sorted({r["meta"].get("git", "?") for r in theirs})
-        if len(theirs_commits) > 1:
+        codes = {r["meta"].get("measured") for r in theirs}
+        if len(theirs_commits) > 1 and len(codes) == 1 and None not in codes:
+            L += [f"The runs of {row['model']} are of {len(theirs_commits)} commits "
+                  f"({', '.join(theirs_commits)}) whose measured code is the same (digest {codes.pop()}; they "
+                  "differ only in documentation, tests or report code): one record.", ""]
+        elif len(theirs_commits) > 1:
+            why = ("whose measured code cannot be compared here" if None in codes
+                   else "whose measured code differs")
             L += [f"**The runs of {row['model']} are of {len(theirs_commits)} commits "
-                  f"({', '.join(theirs_commits)}): not one record.**", ""]
+                  f"({', '.join(theirs_commits)}) {why}: not one record.**", ""]
         if len(machines) > 1:
             L += [f"**The runs of {row['model']} are of {len(machines)} machines: the capacities in req/s mix "
                   "their speeds, which widens the spreads; each ratio is of one run on one machine.**", ""]

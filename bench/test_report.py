@@ -241,8 +241,20 @@ class Repeats(unittest.TestCase):
             r["models"][0]["model"] = "resnet50"
         md = report.repeats_markdown(runs + other)
         self.assertNotIn("squeezenet are of", md)
-        self.assertIn("**The runs of resnet50 are of 2 commits (b2, c3): not one record.**", md)
+        self.assertIn("**The runs of resnet50 are of 2 commits (b2, c3) whose measured code cannot be compared "
+                      "here: not one record.**", md)
         self.assertEqual(md.count("not one record"), 1)
+        # Commits whose measured code differs (bench/provenance.py), and
+        # commits that differ only outside it (a session's own results).
+        for r, code in zip(other, ("d1", "d1", "d2")):
+            r["meta"]["measured"] = code
+        self.assertIn("**The runs of resnet50 are of 2 commits (b2, c3) whose measured code differs: not one "
+                      "record.**", report.repeats_markdown(runs + other))
+        other[2]["meta"]["measured"] = "d1"
+        md = report.repeats_markdown(runs + other)
+        self.assertNotIn("not one record", md)
+        self.assertIn("The runs of resnet50 are of 2 commits (b2, c3) whose measured code is the same (digest "
+                      "d1; they differ only in documentation, tests or report code): one record.", md)
 
     def test_a_search_cut_by_its_budget_counts_with_its_brackets_upper_end(self):
         # Triton's search was cut with a bracket 150 (met) / 180 (missed):

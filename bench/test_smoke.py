@@ -227,8 +227,11 @@ class Combine(unittest.TestCase):
         self.assertIn("| kneepoint | 60.0 [58.0–62.0] |", md)
         self.assertIn("3 runs: r1 at r1; r2s at r2s; r10s at r10s; on an unrecorded CPU (? CPUs).", md)
         # Each model's runs are judged one record or not on their own.
-        self.assertIn("The runs of squeezenet are of 3 commits (r1, r10s, r2s): not one record", md)
-        self.assertIn("The runs of resnet50 are of 2 commits (r1, r2r): not one record", md)
+        # (These commits are no git commits: their code cannot be compared.)
+        self.assertIn("The runs of squeezenet are of 3 commits (r1, r10s, r2s) whose measured code cannot be "
+                      "compared here: not one record", md)
+        self.assertIn("The runs of resnet50 are of 2 commits (r1, r2r) whose measured code cannot be compared "
+                      "here: not one record", md)
         # Each model's last run in detail, rep-10 after rep-2 (not as text).
         self.assertIn("### The last run of squeezenet (rep-10/squeezenet) in detail\n\nreport of r10s (8 per batch)", md)
         self.assertIn("### The last run of resnet50 (rep-2/resnet50) in detail\n\nreport of r2r", md)

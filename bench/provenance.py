@@ -1,0 +1,193 @@
+"""Which code each generated section of docs/PERFORMANCE.md measured.
+
+A benchmark measures the *measured code*: every tracked file that can
+change what a run does or finds (the crates, the Python package, the
+models' recipe, configs, the harness's scripts and measuring code, the
+build files). It does not measure documentation, tests, fuzz targets, CI
+or the code that only renders a report from a run's saved results. Two
+commits whose measured code is identical are one record, however many
+commits of documentation lie between them, so runs taken in different
+sessions (each session commits its own run's results) still combine into
+one series; two commits whose measured code differs are not, even when
+the difference looks harmless.
+
+`measured_digest` names the measured code of a commit (a hash over its
+measured files' blob ids); `measured_changes` lists the measured files
+that differ between two commits. `python3 bench/provenance.py [--update]`
+reads the commit each generated section names, compares its measured
+code with HEAD's and prints (or writes, between the `provenance` markers)
+a table of what each section measured, so that which numbers still
+describe the product is computed, not asserted by hand.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+DOC = REPO / "docs" / "PERFORMANCE.md"
+
+# Folders whose files a benchmark never runs.
+NOT_MEASURED_DIRS = ("docs/", ".ci/", ".github/", "tests/", "fuzz/", "python/tests/")
+# Single files that only document, lint or render.
+NOT_MEASURED_FILES = (".gitignore", "bench/report.py", "bench/provenance.py")
+
+
+def is_measured(path: str) -> bool:
+    """Whether PATH (relative to the repository root) is measured code."""
+    if path.endswith(".md") or path in NOT_MEASURED_FILES or path.startswith(NOT_MEASURED_DIRS):
+        return False
+    if "/tests/" in path:  # a crate's integration tests
+        return False
+    name = path.rsplit("/", 1)[-1]
+    return not re.fullmatch(r"test_.*\.py", name)
+
+
+def git(repo: Path, *args: str) -> str | None:
+    """git's output, or None when git fails (no checkout, unknown commit)."""
+    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    return p.stdout if p.returncode == 0 else None
+
+
+def clean_commit(commit: str) -> str:
+    return commit.removesuffix("+dirty")
+
+
+def measured_digest(commit: str, repo: Path = REPO) -> str | None:
+    """A short name for COMMIT's measured code: the same for every commit
+    whose measured files are the same; None when git cannot read COMMIT."""
+    out = git(repo, "ls-tree", "-r", "--full-tree", clean_commit(commit))
+    if out is None:
+        return None
+    h = hashlib.sha256()
+    for line in out.splitlines():
+        meta, path = line.split("\t", 1)
+        if is_measured(path):
+            h.update(f"{meta.split()[2]} {path}\n".encode())
+    return h.hexdigest()[:12]
+
+
+def measured_changes(a: str, b: str, repo: Path = REPO) -> list[str] | None:
+    """The measured files that differ between commits A and B (sorted);
+    None when git cannot compare them."""
+    out = git(repo, "diff", "--name-only", clean_commit(a), clean_commit(b))
+    if out is None:
+        return None
+    return sorted(p for p in out.splitlines() if is_measured(p))
+
+
+def by_folder(paths: list[str]) -> str:
+    """'libml (3 files), if-manager (1 file)': where changed files lie."""
+    count: dict[str, int] = {}
+    for p in paths:
+        top = p.split("/", 1)[0] if "/" in p else p
+        count[top] = count.get(top, 0) + 1
+    return ", ".join(f"{k} ({n} file{'s' if n != 1 else ''})" for k, n in sorted(count.items()))
+
+
+SECTION = re.compile(r"<!-- ([\w-]+):begin[^>]*-->(.*?)<!-- \1:end -->", re.S)
+COMMIT = re.compile(r"\b(?:commit|git|at) ([0-9a-f]{7,40}(?:\+dirty)?)\b")
+WHEN = re.compile(r"\b(20\d\d-\d\d-\d\d(?: \d\d:\d\d(?::\d\d)?)?)")
+
+
+def sections(doc_text: str) -> list[dict]:
+    """Each generated section of DOC_TEXT (but this table's own): its
+    name, the commits it names (in order of first mention) and the dates."""
+    found = []
+    for m in SECTION.finditer(doc_text):
+        name, body = m.group(1), m.group(2)
+        if name in ("provenance", "NAME"):
+            continue
+        commits = list(dict.fromkeys(COMMIT.findall(body)))
+        dates = sorted(set(WHEN.findall(body)))
+        found.append({"name": name, "commits": commits, "dates": dates})
+    return found
+
+
+def verdict(commit: str, head: str, repo: Path = REPO) -> str:
+    """What COMMIT's measured code is against HEAD's, in words."""
+    if commit.endswith("+dirty"):
+        return "a tree with uncommitted changes: not a record"
+    changes = measured_changes(commit, head, repo)
+    if changes is None:
+        return "unknown (git cannot read the commit here)"
+    if not changes:
+        return "the same"
+    return f"differs: {by_folder(changes)}"
+
+
+def table(doc_text: str, head: str, repo: Path = REPO) -> str:
+    """The generated table: each section, the commits it measured and
+    whether their measured code is HEAD's."""
+    digest = measured_digest(head, repo)
+    L = [f"Measured code now: commit {head}, digest {digest} (bench/provenance.py; written "
+         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). A section whose code is \"the same\" "
+         "describes this product; the others describe an earlier one.", "",
+         "| section | measured at | dates | its measured code against now |", "|---|---|---|---|"]
+    stale = 0
+    for s in sections(doc_text):
+        if not s["commits"]:
+            L.append(f"| {s['name']} | no commit named | {', '.join(s['dates']) or '?'} | unknown |")
+            stale += 1
+            continue
+        words = [f"{c}: {verdict(c, head, repo)}" if len(s["commits"]) > 1 else verdict(c, head, repo)
+                 for c in s["commits"]]
+        stale += any(not w.endswith("the same") for w in words)
+        dates = s["dates"]
+        span = dates[0] if len(dates) == 1 else (f"{dates[0]} – {dates[-1]}" if dates else "?")
+        L.append(f"| {s['name']} | {', '.join(s['commits'])} | {span} | {'; '.join(words)} |")
+    n = len(sections(doc_text))
+    L += ["", f"{n - stale} of {n} sections measured the code as it is now."
+          if stale else f"All {n} sections measured the code as it is now."]
+    return "\n".join(L) + "\n"
+
+
+def update(doc: Path, text: str) -> bool:
+    """Write TEXT between DOC's provenance markers; False without them."""
+    t = doc.read_text()
+    m = re.search(r"(<!-- provenance:begin[^>]*-->\n)(.*?)(<!-- provenance:end -->)", t, re.S)
+    if not m:
+        return False
+    doc.write_text(t[:m.start(2)] + text + t[m.end(2):])
+    return True
+
+
+def main(argv: list[str]) -> int:
+    if argv not in ([], ["--update"]):
+        print("usage: provenance.py [--update]", file=sys.stderr)
+        return 2
+    head = git(REPO, "rev-parse", "--short", "HEAD")
+    if head is None:
+        print("provenance: not a git checkout", file=sys.stderr)
+        return 1
+    head = head.strip()
+    dirty = measured_changes_in_tree(REPO)
+    if dirty:
+        head += "+dirty"
+    text = table(DOC.read_text(), head.removesuffix("+dirty"))
+    if dirty:
+        text = (f"**The tree has uncommitted changes to measured code ({by_folder(dirty)}): "
+                "compared with its last commit.**\n\n" + text)
+    if argv == ["--update"]:
+        if not update(DOC, text):
+            print(f"provenance: no provenance markers in {DOC}", file=sys.stderr)
+            return 1
+        print(f"provenance: updated {DOC}")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def measured_changes_in_tree(repo: Path) -> list[str]:
+    """Measured files with uncommitted changes in REPO's work tree."""
+    out = git(repo, "status", "--porcelain", "--untracked-files=no") or ""
+    return sorted(p for p in (line[3:] for line in out.splitlines()) if is_measured(p))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

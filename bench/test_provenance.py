@@ -1,0 +1,97 @@
+"""bench/provenance.py: which files are measured code, the digest that
+names a commit's measured code, and the table of what each generated
+section of PERFORMANCE.md measured (on a throwaway git repository)."""
+
+import subprocess
+import sys
+import tempfile
+import unittest
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import provenance  # noqa: E402
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+class MeasuredCode(unittest.TestCase):
+    def test_code_harness_and_build_files_are_measured_docs_tests_and_rendering_are_not(self):
+        for p in ("libml/src/runtime/fragments.rs", "Cargo.lock", "Makefile", "bench/bench.py",
+                  "scripts/bench-if.sh", "scripts/prepare_models.py", "configs/models.toml",
+                  "engines/benches/layout.rs", "python/kneepoint/__init__.py"):
+            self.assertTrue(provenance.is_measured(p), p)
+        for p in ("README.md", "docs/PERFORMANCE.md", "docs/bench/runs/peers/rep-1/x/summary.json",
+                  "tests/switchover.rs", "libml/tests/tx_bell.rs", "fuzz/fuzz_targets/wire.rs", ".ci/run",
+                  "bench/test_report.py", "scripts/test_prepare_models.py", "python/tests/test_client.py",
+                  "bench/report.py", "bench/provenance.py", ".gitignore"):
+            self.assertFalse(provenance.is_measured(p), p)
+
+
+class OnARepository(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.repo = Path(self.tmp.name)
+        git(self.repo, "init", "-q")
+        git(self.repo, "config", "user.email", "t@example.org")
+        git(self.repo, "config", "user.name", "t")
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def commit(self, files: dict[str, str]) -> str:
+        for p, text in files.items():
+            f = self.repo / p
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(text)
+        git(self.repo, "add", "-A")
+        git(self.repo, "commit", "-q", "-m", "x")
+        return git(self.repo, "rev-parse", "--short", "HEAD")
+
+    def test_a_results_commit_keeps_the_digest_a_code_commit_changes_it(self):
+        a = self.commit({"libml/src/lib.rs": "1", "docs/PERFORMANCE.md": "x"})
+        b = self.commit({"docs/PERFORMANCE.md": "y", "tests/t.rs": "t", "bench/report.py": "r"})
+        c = self.commit({"libml/src/lib.rs": "2"})
+        d = lambda x: provenance.measured_digest(x, self.repo)  # noqa: E731
+        self.assertEqual(d(a), d(b))
+        self.assertEqual(d(a), d(a + "+dirty"))
+        self.assertNotEqual(d(b), d(c))
+        self.assertIsNone(d("0123456789abc"))
+        self.assertEqual(provenance.measured_changes(a, b, self.repo), [])
+        self.assertEqual(provenance.measured_changes(a, c, self.repo), ["libml/src/lib.rs"])
+        self.assertIsNone(provenance.measured_changes(a, "0123456789abc", self.repo))
+
+    def test_the_table_says_which_sections_measured_the_code_as_it_is(self):
+        a = self.commit({"libml/src/lib.rs": "1", "if-manager/src/main.rs": "1"})
+        b = self.commit({"libml/src/lib.rs": "2", "libml/src/x.rs": "2", "if-manager/src/main.rs": "2"})
+        c = self.commit({"docs/x.md": "notes"})
+        doc = (f"<!-- provenance:begin -->\nold\n<!-- provenance:end -->\n"
+               f"<!-- bench-a:begin (generated) -->\n#### A (2026-11-30 05:40 UTC, commit {a}, CPU, 2 CPUs)\n"
+               f"<!-- bench-a:end -->\n"
+               f"<!-- bench-b:begin -->\n2026-11-30 20:12 UTC, AMD EPYC, 2 CPUs, git {b}; load\n<!-- bench-b:end -->\n"
+               f"<!-- bench-c:begin -->\n3 runs: 2026-11-29 21:15 UTC at {a}; 2026-11-30 09:56 UTC at {b}\n"
+               f"<!-- bench-c:end -->\n"
+               f"<!-- bench-d:begin -->\nno commit here\n<!-- bench-d:end -->\n")
+        self.assertEqual([s["name"] for s in provenance.sections(doc)], ["bench-a", "bench-b", "bench-c", "bench-d"])
+        self.assertEqual(provenance.sections(doc)[2]["commits"], [a, b])
+        t = provenance.table(doc, c, self.repo)
+        self.assertIn(f"| bench-a | {a} | 2026-11-30 05:40 | differs: if-manager (1 file), libml (2 files) |", t)
+        self.assertIn(f"| bench-b | {b} | 2026-11-30 20:12 | the same |", t)
+        self.assertIn(f"| bench-c | {a}, {b} | 2026-11-29 21:15 – 2026-11-30 09:56 | {a}: differs: if-manager "
+                      f"(1 file), libml (2 files); {b}: the same |", t)
+        self.assertIn("| bench-d | no commit named | ? | unknown |", t)
+        self.assertIn("1 of 4 sections measured the code as it is now.", t)
+        self.assertIn(f"Measured code now: commit {c}, digest {provenance.measured_digest(b, self.repo)}", t)
+        # Written between its markers only.
+        f = self.repo / "P.md"
+        f.write_text(doc)
+        self.assertTrue(provenance.update(f, "new\n"))
+        self.assertEqual(f.read_text(), doc.replace("old\n", "new\n"))
+        f.write_text("no markers")
+        self.assertFalse(provenance.update(f, "new\n"))
+
+
+if __name__ == "__main__":
+    unittest.main()
