@@ -60,8 +60,12 @@ def clean_commit(commit: str) -> str:
 
 def measured_digest(commit: str, repo: Path = REPO) -> str | None:
     """A short name for COMMIT's measured code: the same for every commit
-    whose measured files are the same; None when git cannot read COMMIT."""
-    out = git(repo, "ls-tree", "-r", "--full-tree", clean_commit(commit))
+    whose measured files are the same; None when git cannot read COMMIT,
+    or for a tree with uncommitted changes ("+dirty": its code is not
+    known)."""
+    if commit.endswith("+dirty"):
+        return None
+    out = git(repo, "ls-tree", "-r", "--full-tree", commit)
     if out is None:
         return None
     h = hashlib.sha256()
