@@ -54,10 +54,6 @@ def git(repo: Path, *args: str) -> str | None:
     return p.stdout if p.returncode == 0 else None
 
 
-def clean_commit(commit: str) -> str:
-    return commit.removesuffix("+dirty")
-
-
 def measured_digest(commit: str, repo: Path = REPO) -> str | None:
     """A short name for COMMIT's measured code: the same for every commit
     whose measured files are the same; None when git cannot read COMMIT,
@@ -76,10 +72,11 @@ def measured_digest(commit: str, repo: Path = REPO) -> str | None:
     return h.hexdigest()[:12]
 
 
-def measured_changes(a: str, b: str, repo: Path = REPO) -> list[str] | None:
-    """The measured files that differ between commits A and B (sorted);
-    None when git cannot compare them."""
-    out = git(repo, "diff", "--name-only", clean_commit(a), clean_commit(b))
+def measured_changes(a: str, b: str | None = None, repo: Path = REPO) -> list[str] | None:
+    """The measured files that differ between commits A and B, or between
+    A and the work tree without B (sorted); None when git cannot compare
+    them."""
+    out = git(repo, "diff", "--name-only", a, *([b] if b else []))
     if out is None:
         return None
     return sorted(p for p in out.splitlines() if is_measured(p))
@@ -117,7 +114,7 @@ def verdict(commit: str, head: str, repo: Path = REPO) -> str:
     """What COMMIT's measured code is against HEAD's, in words."""
     if commit.endswith("+dirty"):
         return "a tree with uncommitted changes: not a record"
-    changes = measured_changes(commit, head, repo)
+    changes = measured_changes(commit, head, repo=repo)
     if changes is None:
         return "unknown (git cannot read the commit here)"
     if not changes:
@@ -133,8 +130,9 @@ def table(doc_text: str, head: str, repo: Path = REPO) -> str:
          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). A section whose code is \"the same\" "
          "describes this product; the others describe an earlier one.", "",
          "| section | measured at | dates | its measured code against now |", "|---|---|---|---|"]
+    found = sections(doc_text)
     stale = 0
-    for s in sections(doc_text):
+    for s in found:
         if not s["commits"]:
             L.append(f"| {s['name']} | no commit named | {', '.join(s['dates']) or '?'} | unknown |")
             stale += 1
@@ -145,7 +143,7 @@ def table(doc_text: str, head: str, repo: Path = REPO) -> str:
         dates = s["dates"]
         span = dates[0] if len(dates) == 1 else (f"{dates[0]} – {dates[-1]}" if dates else "?")
         L.append(f"| {s['name']} | {', '.join(s['commits'])} | {span} | {'; '.join(words)} |")
-    n = len(sections(doc_text))
+    n = len(found)
     L += ["", f"{n - stale} of {n} sections measured the code as it is now."
           if stale else f"All {n} sections measured the code as it is now."]
     return "\n".join(L) + "\n"
@@ -170,10 +168,8 @@ def main(argv: list[str]) -> int:
         print("provenance: not a git checkout", file=sys.stderr)
         return 1
     head = head.strip()
-    dirty = measured_changes_in_tree(REPO)
-    if dirty:
-        head += "+dirty"
-    text = table(DOC.read_text(), head.removesuffix("+dirty"))
+    dirty = measured_changes(head) or []
+    text = table(DOC.read_text(), head)
     if dirty:
         text = (f"**The tree has uncommitted changes to measured code ({by_folder(dirty)}): "
                 "compared with its last commit.**\n\n" + text)
@@ -185,12 +181,6 @@ def main(argv: list[str]) -> int:
     else:
         sys.stdout.write(text)
     return 0
-
-
-def measured_changes_in_tree(repo: Path) -> list[str]:
-    """Measured files with uncommitted changes in REPO's work tree."""
-    out = git(repo, "status", "--porcelain", "--untracked-files=no") or ""
-    return sorted(p for p in (line[3:] for line in out.splitlines()) if is_measured(p))
 
 
 if __name__ == "__main__":

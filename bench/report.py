@@ -552,16 +552,16 @@ def repeats_markdown(runs: list[dict]) -> str:
         # commits whose measured code (bench/provenance.py, meta
         # "measured") is the same.
         theirs_commits = sorted({r["meta"].get("git", "?") for r in theirs})
-        codes = {r["meta"].get("measured") for r in theirs}
-        if len(theirs_commits) > 1 and len(codes) == 1 and None not in codes:
-            L += [f"The runs of {row['model']} are of {len(theirs_commits)} commits "
-                  f"({', '.join(theirs_commits)}) whose measured code is the same (digest {codes.pop()}; they "
-                  "differ only in documentation, tests or report code): one record.", ""]
-        elif len(theirs_commits) > 1:
-            why = ("whose measured code cannot be compared here" if None in codes
-                   else "whose measured code differs")
-            L += [f"**The runs of {row['model']} are of {len(theirs_commits)} commits "
-                  f"({', '.join(theirs_commits)}) {why}: not one record.**", ""]
+        if len(theirs_commits) > 1:
+            of = f"The runs of {row['model']} are of {len(theirs_commits)} commits ({', '.join(theirs_commits)})"
+            codes = {r["meta"].get("measured") for r in theirs}
+            if None in codes:
+                L += [f"**{of} whose measured code cannot be compared here: not one record.**", ""]
+            elif len(codes) > 1:
+                L += [f"**{of} whose measured code differs: not one record.**", ""]
+            else:
+                L += [f"{of} whose measured code is the same (digest {next(iter(codes))}; they differ only in "
+                      "documentation, tests or report code): one record.", ""]
         if len(machines) > 1:
             L += [f"**The runs of {row['model']} are of {len(machines)} machines: the capacities in req/s mix "
                   "their speeds, which widens the spreads; each ratio is of one run on one machine.**", ""]
