@@ -11,9 +11,18 @@ sessions (each session commits its own run's results) still combine into
 one series; two commits whose measured code differs are not, even when
 the difference looks harmless.
 
+Most harness files are one benchmark's own (`OWNERS`): a change to
+bench-if's script is measured by the bench-if sections (and the batching
+policy's, which runs it), not by the side-by-side with the peers. Each
+section's measured code is the rest of the measured code plus its own
+harness files, so that a series of runs taken over several sessions is
+not broken by work on another benchmark's harness. A file not in
+`OWNERS` (the product, the models' recipe, the shared harness helpers,
+the Makefile) is measured by every section.
+
 `measured_digest` names the measured code of a commit (a hash over its
-measured files' blob ids); `measured_changes` lists the measured files
-that differ between two commits. `python3 bench/provenance.py [--update]`
+measured files' blob ids), of every section or of one; `measured_changes`
+lists the measured files that differ between two commits. `python3 bench/provenance.py [--update]`
 reads the commit each generated section names, compares its measured
 code with HEAD's and prints (or writes, between the `provenance` markers)
 a table of what each section measured, so that which numbers still
@@ -38,14 +47,74 @@ NOT_MEASURED_DIRS = ("docs/", ".ci/", ".github/", "tests/", "fuzz/", "python/tes
 NOT_MEASURED_FILES = (".gitignore", "bench/report.py", "bench/provenance.py")
 
 
-def is_measured(path: str) -> bool:
-    """Whether PATH (relative to the repository root) is measured code."""
+# Harness files that only some sections run (a path, or a folder ending
+# in "/"), and those sections (a regular expression over section names,
+# matched whole). What a harness script runs is its own too: bench-policy
+# runs scripts/bench-if.sh. GPU files are measured by no section of
+# PERFORMANCE.md (the GPU's figures are in docs/bench/gpu/).
+_IF = r"bench-if-(?!manager$).+"
+OWNERS: tuple[tuple[str, str], ...] = (
+    ("scripts/bench-if.sh", f"{_IF}|bench-policy"),
+    ("bench/bench_if.py", f"{_IF}|bench-policy"),
+    ("scripts/bench-policy.sh", "bench-policy"),
+    ("bench/policy_report.py", "bench-policy"),
+    ("scripts/bench-orchestrator.sh", "bench-orchestrator"),
+    ("bench/bench_orchestrator.py", "bench-orchestrator"),
+    ("scripts/bench-if-manager.sh", "bench-if-manager"),
+    ("scripts/bench-idle.sh", "bench-idle"),
+    ("bench/bench_client_all.sh", "bench-client"),
+    ("bench/bench_client.sh", "bench-client"),
+    ("bench/bench_client.py", "bench-client"),
+    ("bench/client_report.py", "bench-client"),
+    ("bench/bench_gateway.sh", "bench-gateway"),
+    ("bench/bench_gateway.py", "bench-gateway"),
+    ("bench/platform.sh", "bench-client|bench-gateway"),
+    ("scripts/bench-classify.sh", "bench-classify"),
+    ("if-manager/benches/", "bench-classify"),
+    ("scripts/bench-layout.sh", "bench-layout"),
+    ("libml/benches/", "bench-layout"),
+    ("scripts/criterion-section.sh", "bench-classify|bench-layout"),
+    ("bench/criterion_report.py", "bench-classify|bench-layout"),
+    ("bench/bench.py", "bench-peers"),
+    ("bench/capacity_search.py", "bench-peers"),
+    ("bench/engine_limit.py", "bench-peers"),
+    ("bench/schedule_bound.py", "bench-peers"),
+    ("bench/peers/", "bench-peers"),
+    ("bench/gpu-check/", "gpu-.+"),
+    ("scripts/gpu-all.sh", "gpu-.+"),
+    ("scripts/gpu-check.sh", "gpu-.+"),
+    ("scripts/gpu-knee.sh", "gpu-.+"),
+    ("scripts/gpu-platform-bundle.sh", "gpu-.+"),
+    ("scripts/gpu-platform.sh", "gpu-.+"),
+    ("scripts/gpu_check_ort.py", "gpu-.+"),
+    ("scripts/gpu_torch_eager.py", "gpu-.+"),
+    ("scripts/knee.py", "gpu-.+"),
+)
+
+
+def owners(path: str) -> str | None:
+    """The sections (a regular expression) that alone run harness file
+    PATH, or None when every section runs it."""
+    for owned, sections in OWNERS:
+        if path == owned or (owned.endswith("/") and path.startswith(owned)):
+            return sections
+    return None
+
+
+def is_measured(path: str, section: str | None = None) -> bool:
+    """Whether PATH (relative to the repository root) is measured code: of
+    any section, or of SECTION (by name) when given."""
     if path.endswith(".md") or path in NOT_MEASURED_FILES or path.startswith(NOT_MEASURED_DIRS):
         return False
     if "/tests/" in path:  # a crate's integration tests
         return False
     name = path.rsplit("/", 1)[-1]
-    return not re.fullmatch(r"test_.*\.py", name)
+    if re.fullmatch(r"test_.*\.py", name):
+        return False
+    if section is None:
+        return True
+    theirs = owners(path)
+    return theirs is None or re.fullmatch(theirs, section) is not None
 
 
 def git(repo: Path, *args: str) -> str | None:
@@ -54,11 +123,11 @@ def git(repo: Path, *args: str) -> str | None:
     return p.stdout if p.returncode == 0 else None
 
 
-def measured_digest(commit: str, repo: Path = REPO) -> str | None:
-    """A short name for COMMIT's measured code: the same for every commit
-    whose measured files are the same; None when git cannot read COMMIT,
-    or for a tree with uncommitted changes ("+dirty": its code is not
-    known)."""
+def measured_digest(commit: str, repo: Path = REPO, section: str | None = None) -> str | None:
+    """A short name for COMMIT's measured code (of SECTION, when given):
+    the same for every commit whose measured files are the same; None
+    when git cannot read COMMIT, or for a tree with uncommitted changes
+    ("+dirty": its code is not known)."""
     if commit.endswith("+dirty"):
         return None
     out = git(repo, "ls-tree", "-r", "--full-tree", commit)
@@ -67,19 +136,20 @@ def measured_digest(commit: str, repo: Path = REPO) -> str | None:
     h = hashlib.sha256()
     for line in out.splitlines():
         meta, path = line.split("\t", 1)
-        if is_measured(path):
+        if is_measured(path, section):
             h.update(f"{meta.split()[2]} {path}\n".encode())
     return h.hexdigest()[:12]
 
 
-def measured_changes(a: str, b: str | None = None, repo: Path = REPO) -> list[str] | None:
-    """The measured files that differ between commits A and B, or between
-    A and the work tree without B (sorted); None when git cannot compare
-    them."""
+def measured_changes(a: str, b: str | None = None, repo: Path = REPO,
+                     section: str | None = None) -> list[str] | None:
+    """The measured files (of SECTION, when given) that differ between
+    commits A and B, or between A and the work tree without B (sorted);
+    None when git cannot compare them."""
     out = git(repo, "diff", "--name-only", a, *([b] if b else []))
     if out is None:
         return None
-    return sorted(p for p in out.splitlines() if is_measured(p))
+    return sorted(p for p in out.splitlines() if is_measured(p, section))
 
 
 def by_folder(paths: list[str]) -> str:
@@ -110,11 +180,11 @@ def sections(doc_text: str) -> list[dict]:
     return found
 
 
-def verdict(commit: str, head: str, repo: Path = REPO) -> str:
-    """What COMMIT's measured code is against HEAD's, in words."""
+def verdict(commit: str, head: str, repo: Path = REPO, section: str | None = None) -> str:
+    """What COMMIT's measured code (of SECTION) is against HEAD's, in words."""
     if commit.endswith("+dirty"):
         return "a tree with uncommitted changes: not a record"
-    changes = measured_changes(commit, head, repo=repo)
+    changes = measured_changes(commit, head, repo=repo, section=section)
     if changes is None:
         return "unknown (git cannot read the commit here)"
     if not changes:
@@ -128,7 +198,9 @@ def table(doc_text: str, head: str, repo: Path = REPO) -> str:
     digest = measured_digest(head, repo)
     L = [f"Measured code now: commit {head}, digest {digest} (bench/provenance.py; written "
          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). A section whose code is \"the same\" "
-         "describes this product; the others describe an earlier one.", "",
+         "describes this product; the others describe an earlier one. Each section is compared on the "
+         "code it runs: the product and shared harness, and its own benchmark's harness files, not other "
+         "benchmarks' (provenance.OWNERS).", "",
          "| section | measured at | dates | its measured code against now |", "|---|---|---|---|"]
     found = sections(doc_text)
     stale = 0
@@ -137,8 +209,9 @@ def table(doc_text: str, head: str, repo: Path = REPO) -> str:
             L.append(f"| {s['name']} | no commit named | {', '.join(s['dates']) or '?'} | unknown |")
             stale += 1
             continue
-        words = [f"{c}: {verdict(c, head, repo)}" if len(s["commits"]) > 1 else verdict(c, head, repo)
-                 for c in s["commits"]]
+        words = [verdict(c, head, repo, s["name"]) for c in s["commits"]]
+        if len(words) > 1:
+            words = [f"{c}: {w}" for c, w in zip(s["commits"], words)]
         stale += any(not w.endswith("the same") for w in words)
         dates = s["dates"]
         span = dates[0] if len(dates) == 1 else (f"{dates[0]} – {dates[-1]}" if dates else "?")

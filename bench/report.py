@@ -43,6 +43,7 @@ import math
 from pathlib import Path
 
 import docsection
+import provenance
 import schedule_bound
 import stats
 
@@ -529,6 +530,17 @@ def machine(run: dict) -> str:
     return f"{m.get('cpu', 'an unrecorded CPU')} ({m.get('nproc', '?')} CPUs)"
 
 
+def measured_code(runs: list[dict]) -> list[str | None]:
+    """Each run's measured code, compared as the side-by-side runs it
+    (bench/provenance.py, section bench-peers: the product and the shared
+    harness, not other benchmarks' scripts) where this checkout has every
+    run's commit; else the digests the runs recorded (of all the measured
+    code), None where a run has none."""
+    own = [provenance.measured_digest(r["meta"]["git"], section="bench-peers") if r["meta"].get("git") else None
+           for r in runs]
+    return own if all(own) else [r["meta"].get("measured") for r in runs]
+
+
 def repeats_markdown(runs: list[dict]) -> str:
     """The summary of several runs, and the conclusions the data allow,
     written by this code (not by hand) so they cannot go stale."""
@@ -549,19 +561,18 @@ def repeats_markdown(runs: list[dict]) -> str:
               f"{row['runs']} run{'s' if row['runs'] != 1 else ''}: {mine}; on {' and '.join(machines)}.", ""]
         # A model's runs are one record only if they measured the same
         # code (each model's series may be of its own): one commit, or
-        # commits whose measured code (bench/provenance.py, meta
-        # "measured") is the same.
+        # commits whose measured code (measured_code) is the same.
         theirs_commits = sorted({r["meta"].get("git", "?") for r in theirs})
         if len(theirs_commits) > 1:
             of = f"The runs of {row['model']} are of {len(theirs_commits)} commits ({', '.join(theirs_commits)})"
-            codes = {r["meta"].get("measured") for r in theirs}
+            codes = set(measured_code(theirs))
             if None in codes:
                 L += [f"**{of} whose measured code cannot be compared here: not one record.**", ""]
             elif len(codes) > 1:
                 L += [f"**{of} whose measured code differs: not one record.**", ""]
             else:
                 L += [f"{of} whose measured code is the same (digest {next(iter(codes))}; they differ only in "
-                      "documentation, tests or report code): one record.", ""]
+                      "documentation, tests, report code or other benchmarks' harness): one record.", ""]
         if len(machines) > 1:
             L += [f"**The runs of {row['model']} are of {len(machines)} machines: the capacities in req/s mix "
                   "their speeds, which widens the spreads; each ratio is of one run on one machine.**", ""]

@@ -2,6 +2,8 @@
 names a commit's measured code, and the table of what each generated
 section of PERFORMANCE.md measured (on a throwaway git repository)."""
 
+import ast
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,6 +30,84 @@ class MeasuredCode(unittest.TestCase):
                   "bench/test_report.py", "scripts/test_prepare_models.py", "python/tests/test_client.py",
                   "bench/report.py", "bench/provenance.py", ".gitignore"):
             self.assertFalse(provenance.is_measured(p), p)
+
+
+REPO = Path(__file__).resolve().parent.parent
+# Each generated section and the harness script that writes it.
+ENTRY = {
+    "bench-if-manager": "scripts/bench-if-manager.sh", "bench-idle": "scripts/bench-idle.sh",
+    "bench-if-squeezenet": "scripts/bench-if.sh", "bench-if-resnet50-as-designed": "scripts/bench-if.sh",
+    "bench-policy": "scripts/bench-policy.sh", "bench-orchestrator": "scripts/bench-orchestrator.sh",
+    "bench-client": "bench/bench_client_all.sh", "bench-gateway": "bench/bench_gateway.sh",
+    "bench-classify": "scripts/bench-classify.sh", "bench-layout": "scripts/bench-layout.sh",
+    "bench-peers": "bench/bench.py",
+}
+
+
+PATH_IN_CODE = re.compile(r"\b((?:bench|scripts)/[\w./-]+\.(?:sh|py))\b")
+
+
+def runs(path: str, tracked: set[str]) -> set[str]:
+    """The repository's harness files PATH runs or imports, not counting
+    what its comments and docstrings mention: paths written in its code,
+    and for Python the modules of bench/ and bench/peers/ it imports."""
+    text = (REPO / path).read_text()
+    found = set()
+    if path.endswith(".py"):
+        tree = ast.parse(text)
+        docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+        for n in ast.walk(tree):
+            if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docs:
+                found.update(PATH_IN_CODE.findall(n.value))
+            mods = ([a.name for a in n.names] if isinstance(n, ast.Import)
+                    else [n.module] if isinstance(n, ast.ImportFrom) and n.module else [])
+            found.update(f"{d}/{m}.py" for m in mods for d in ("bench", "bench/peers"))
+    else:
+        for line in text.splitlines():
+            found.update(PATH_IN_CODE.findall(line.split("#", 1)[0]))
+    return {f for f in found if f in tracked}
+
+
+class Owners(unittest.TestCase):
+    def test_every_owned_harness_file_is_in_the_repository(self):
+        tracked = set(subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True, text=True,
+                                     check=True).stdout.split())
+        for owned, _ in provenance.OWNERS:
+            hit = any(t == owned or (owned.endswith("/") and t.startswith(owned)) for t in tracked)
+            self.assertTrue(hit, f"OWNERS names {owned}, which is not in the repository")
+
+    def test_each_section_measures_every_harness_file_its_script_reaches(self):
+        # An owned file that a section's script runs but OWNERS does not
+        # give to it would let that section claim code it ran is "the same".
+        tracked = set(subprocess.run(["git", "-C", str(REPO), "ls-files"], capture_output=True, text=True,
+                                     check=True).stdout.split())
+        for section, entry in ENTRY.items():
+            seen, todo = set(), [entry]
+            while todo:
+                f = todo.pop()
+                if f in seen:
+                    continue
+                seen.add(f)
+                if provenance.is_measured(f):  # rendering code runs nothing measured
+                    todo += runs(f, tracked)
+            for f in sorted(seen):
+                if provenance.is_measured(f):
+                    self.assertTrue(provenance.is_measured(f, section), f"{section} runs {f}")
+
+    def test_a_harness_file_is_measured_by_its_own_sections_the_product_by_all(self):
+        m = provenance.is_measured
+        for s in ("bench-if-squeezenet", "bench-if-resnet50-as-designed", "bench-policy"):
+            self.assertTrue(m("scripts/bench-if.sh", s), s)
+        for s in ("bench-peers", "bench-if-manager", "bench-orchestrator"):
+            self.assertFalse(m("scripts/bench-if.sh", s), s)
+            self.assertFalse(m("bench/bench_if.py", s), s)
+        self.assertTrue(m("bench/peers/triton/model.py", "bench-peers"))
+        self.assertFalse(m("bench/bench.py", "bench-if-squeezenet"))
+        self.assertFalse(m("scripts/gpu-check.sh", "bench-peers"))
+        for s in ("bench-peers", "bench-if-manager", "bench-layout"):
+            for p in ("libml/src/lib.rs", "Makefile", "bench/host.py", "scripts/netns.sh", "configs/models.toml"):
+                self.assertTrue(m(p, s), (p, s))
+        self.assertFalse(m("docs/PERFORMANCE.md", "bench-peers"))
 
 
 class OnARepository(unittest.TestCase):
@@ -62,6 +142,17 @@ class OnARepository(unittest.TestCase):
         self.assertEqual(provenance.measured_changes(a, b, self.repo), [])
         self.assertEqual(provenance.measured_changes(a, c, self.repo), ["libml/src/lib.rs"])
         self.assertIsNone(provenance.measured_changes(a, "0123456789abc", self.repo))
+
+    def test_another_benchmarks_harness_leaves_a_sections_code_the_same(self):
+        a = self.commit({"libml/src/lib.rs": "1", "bench/bench.py": "p", "scripts/bench-if.sh": "1"})
+        b = self.commit({"scripts/bench-if.sh": "2"})
+        d = lambda x, s=None: provenance.measured_digest(x, self.repo, s)  # noqa: E731
+        self.assertEqual(d(a, "bench-peers"), d(b, "bench-peers"))
+        self.assertNotEqual(d(a, "bench-if-squeezenet"), d(b, "bench-if-squeezenet"))
+        self.assertNotEqual(d(a), d(b))  # the whole measured code did change
+        self.assertEqual(provenance.measured_changes(a, b, self.repo, "bench-peers"), [])
+        self.assertEqual(provenance.verdict(a, b, self.repo, "bench-peers"), "the same")
+        self.assertEqual(provenance.verdict(a, b, self.repo, "bench-policy"), "differs: scripts (1 file)")
 
     def test_the_table_says_which_sections_measured_the_code_as_it_is(self):
         a = self.commit({"libml/src/lib.rs": "1", "if-manager/src/main.rs": "1"})

@@ -254,7 +254,24 @@ class Repeats(unittest.TestCase):
         md = report.repeats_markdown(runs + other)
         self.assertNotIn("not one record", md)
         self.assertIn("The runs of resnet50 are of 2 commits (b2, c3) whose measured code is the same (digest "
-                      "d1; they differ only in documentation, tests or report code): one record.", md)
+                      "d1; they differ only in documentation, tests, report code or other benchmarks' harness): one "
+                      "record.", md)
+
+    def test_runs_are_compared_on_the_side_by_sides_own_measured_code_where_git_has_their_commits(self):
+        runs = [self.one(c, {"kneepoint": 190, "triton": 120}) for c in ("a1", "b2")]
+        for r, code in zip(runs, ("all-1", "all-2")):
+            r["meta"]["measured"] = code  # b2 changed another benchmark's harness
+        real = report.provenance.measured_digest
+        try:
+            report.provenance.measured_digest = lambda c, section=None: {"a1": "peers", "b2": "peers"}.get(c)
+            self.assertEqual(report.measured_code(runs), ["peers", "peers"])
+            self.assertIn("whose measured code is the same (digest peers;", report.repeats_markdown(runs))
+            # One commit git cannot read: the digests the runs recorded.
+            report.provenance.measured_digest = lambda c, section=None: {"a1": "peers"}.get(c)
+            self.assertEqual(report.measured_code(runs), ["all-1", "all-2"])
+            self.assertIn("whose measured code differs: not one record", report.repeats_markdown(runs))
+        finally:
+            report.provenance.measured_digest = real
 
     def test_a_search_cut_by_its_budget_counts_with_its_brackets_upper_end(self):
         # Triton's search was cut with a bracket 150 (met) / 180 (missed):
