@@ -4,6 +4,10 @@
 # traffic can arrive), once with its idle back-off (the default) and once
 # with --busy-poll; its main thread's (the polling lcore's) user + system
 # ticks from /proc over SECONDS (10), after WARMUP (2) s, as % of one core.
+# Then the back-off in the seconds after traffic, when its sleeps are
+# capped shorter (libml::backoff::TRAFFIC_MAX_SLEEP, until QUIET_AFTER, 10
+# s, of sleeping without work): on `net_pcap` whose capture holds one
+# frame, which arrives at start; ticks from 1 s to 9 s after it.
 # Prints one JSON line per mode and a markdown table; writes
 # build/bench/idle.json and idle.md (docs/PERFORMANCE.md's generated
 # section).
@@ -24,11 +28,23 @@ hz=$(getconf CLK_TCK)
 # ticks PID: user + system ticks of the process's main thread.
 ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat"; }
 
+# One Ethernet frame (not for us: the if-manager counts it and drops it),
+# in a capture for net_pcap to deliver once.
+python3 - "$out/idle-one-frame.pcap" <<'PY'
+import struct, sys
+frame = bytes(6) + bytes.fromhex("020000000001") + b"\x08\x06" + bytes(46)
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+    f.write(struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame)
+PY
+
+# measure MODE [SECONDS WARMUP]: one if-manager, its main thread's CPU.
 measure() {
-  local mode=$1 prefix="kp-idle-$$-$1" pid t0 t1 extra=()
+  local mode=$1 secs=${2:-$secs} warmup=${3:-$warmup} prefix="kp-idle-$$-$1" pid t0 t1 extra=() vdev=net_ring0
   [[ $mode == busy-poll ]] && extra=(--busy-poll)
+  [[ $mode == after-traffic ]] && vdev="net_pcap0,rx_pcap=$out/idle-one-frame.pcap,tx_pcap=$out/idle-tx.pcap"
   "$bin/if-manager" "${extra[@]}" --if 1 -- --lcores 0@0 --file-prefix "$prefix" --no-pci --no-telemetry \
-    --log-level lib.eal:error --vdev net_ring0 >"$out/idle-$mode.json" 2>"$out/idle-$mode.log" &
+    --log-level lib.eal:error --vdev "$vdev" >"$out/idle-$mode.json" 2>"$out/idle-$mode.log" &
   pid=$!
   for _ in $(seq 300); do
     grep -q "if-manager: ready" "$out/idle-$mode.log" 2>/dev/null && break
@@ -42,13 +58,14 @@ measure() {
   kill -INT "$pid"
   wait "$pid" || true
   rm -rf /dev/hugepages/"$prefix"* /var/run/dpdk/"$prefix" 2>/dev/null || true
-  awk -v m="$mode" -v d=$((t1 - t0)) -v s="$secs" -v hz="$hz" \
-    'BEGIN { printf "{\"mode\": \"%s\", \"ticks\": %d, \"seconds\": %d, \"core_pct\": %.1f}\n", m, d, s, 100 * d / (s * hz) }'
+  awk -v m="$mode" -v d=$((t1 - t0)) -v s="$secs" -v w="$warmup" -v hz="$hz" \
+    'BEGIN { printf "{\"mode\": \"%s\", \"ticks\": %d, \"seconds\": %d, \"after_s\": %d, \"core_pct\": %.1f}\n", m, d, s, w, 100 * d / (s * hz) }'
 }
 
 {
   measure idle-backoff
   measure busy-poll
+  measure after-traffic 8 1
 } | tee "$out/idle.jsonl"
 jq -s '.' "$out/idle.jsonl" >"$out/idle.json"
 py="$repo/.venv/bin/python"
@@ -56,9 +73,11 @@ py="$repo/.venv/bin/python"
 {
   echo "#### If-manager CPU when idle ($("$py" "$repo/bench/host.py" run-line "$repo"))"
   echo
-  echo "| if-manager, no traffic | % of one core (main thread, ${secs} s after ${warmup} s) |"
+  echo "| if-manager | % of one core (main thread) |"
   echo "|---|---|"
-  jq -r '.[] | "| \(.mode) | \(.core_pct) |"' "$out/idle.json"
+  jq -r '.[] | if .mode == "after-traffic"
+    then "| idle-backoff, no traffic for \(.after_s)–\(.after_s + .seconds) s after one frame (short sleeps while traffic is recent) | \(.core_pct) |"
+    else "| \(.mode), no traffic (\(.seconds) s after \(.after_s) s) | \(.core_pct) |" end' "$out/idle.json"
 } >"$out/idle.md"
 echo
 cat "$out/idle.md"

@@ -197,7 +197,7 @@ fn serve(
         counters: counters.clone(),
         stop: stop.clone(),
         exit_when_idle: args.exit_when_idle,
-        backoff: IdleBackoff::new(args.busy_poll),
+        backoff: IdleBackoff::receiver(args.busy_poll),
         gate,
     };
     dp.apply_route_updates();

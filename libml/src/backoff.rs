@@ -12,10 +12,15 @@
 //! bursty (gaps under ~25 µs) on the fast path; then the sleeps start at
 //! 10 µs and double up to a 500 µs cap. A packet that arrives on a platform
 //! idle for more than ~1 ms waits at most ~500 µs plus timer slack. Measured
-//! here (2-vCPU VM), an idle if-manager then uses 5.7% of a core (each wake
-//! from a sleep costs tens of µs of CPU on a VM); with a 200 µs cap it used
-//! 9.6%, so the cap trades idle CPU against first-packet latency after a
-//! long idle spell. The RX ring (1024 descriptors by default) absorbs
+//! on the AMD VM (2 vCPUs), an idle if-manager then used 5.7% of a core
+//! (each wake from a sleep costs tens of µs of CPU on a VM), and with a
+//! 200 µs cap 9.6%; 1.3% on the Intel VM. The cap trades idle CPU against
+//! first-packet latency, so the if-manager's receiving loop
+//! ([`IdleBackoff::receiver`]) sets it by how recent the traffic is: 200 µs
+//! ([`TRAFFIC_MAX_SLEEP`]) until it has slept [`QUIET_AFTER`] (10 s) without
+//! work, 500 µs on a quiet port. The gaps between requests at light load
+//! cost the shorter sleeps' wake-ups; a port with no traffic costs what it
+//! did. The RX ring (1024 descriptors by default) absorbs
 //! 500 µs of traffic at up to 2 Mpps, so a sleep does not lose packets on
 //! a NIC; with net_af_packet the kernel's ring absorbs it. `--busy-poll`
 //! disables all of this for benchmarks and latency-critical deployments.
@@ -67,6 +72,23 @@ pub const SPIN_POLLS: u32 = 256;
 pub const MIN_SLEEP: Duration = Duration::from_micros(10);
 /// Longest sleep.
 pub const MAX_SLEEP: Duration = Duration::from_micros(500);
+
+/// Longest sleep of a receiving loop ([`IdleBackoff::receiver`]) while
+/// traffic is recent: a request whose fragments all arrive within one
+/// sleep waits for the rest of it, then for its whole reassembly, so the
+/// cap bounds the tail of the latency at light load. With [`MAX_SLEEP`]
+/// that tail was 535–890 µs after the last fragment at 10% load on the
+/// Intel VM; with this cap the p99 of last fragment → answer − own
+/// engine time there went from 602–634 to 476–560 µs (three pairs of
+/// runs), and a cap of 100 µs gave no less (468–632 µs): what remains of
+/// the tail is not the sleeps (docs/PERFORMANCE-JOURNAL.md, 1 December).
+pub const TRAFFIC_MAX_SLEEP: Duration = Duration::from_micros(200);
+
+/// How long a receiving loop sleeps without work before it counts the
+/// port as quiet and lets its sleeps grow to [`MAX_SLEEP`]: longer than
+/// the gaps between requests of a lightly loaded model (resnet50 at 10% of
+/// its capacity on 2 vCPUs: ~1.3 requests/s, 99% of the gaps under 3.5 s).
+pub const QUIET_AFTER: Duration = Duration::from_secs(10);
 
 /// How long before an inference function's answers may come a poll loop
 /// that waits for them stops dozing: the doze's own lateness (the timer
@@ -343,11 +365,25 @@ pub enum IdleAction {
 }
 
 /// Escalating back-off over consecutive empty polls.
+///
+/// A receiving loop's back-off ([`receiver`](Self::receiver)) caps its
+/// sleeps by how recent the traffic is: at [`TRAFFIC_MAX_SLEEP`] until it
+/// has slept [`QUIET_AFTER`] in all without work, at [`MAX_SLEEP`] after
+/// that and before any work at all. A port with no traffic costs what it
+/// did (bench-idle); between the requests of a lightly loaded model the
+/// sleeps stay short, at the price of more wake-ups in those gaps. The
+/// time is the sum of the sleeps it returned, so it needs no clock (the
+/// sleeps run late by the timer slack: the port counts as quiet a little
+/// later than `QUIET_AFTER`).
 #[derive(Clone, Debug)]
 pub struct IdleBackoff {
     busy_poll: bool,
     empty_polls: u32,
     sleep: Duration,
+    /// The cap while traffic is recent (`MAX_SLEEP`: no traffic cap).
+    traffic_cap: Duration,
+    /// Sleeps returned since the last work, up to `QUIET_AFTER`.
+    slept: Duration,
 }
 
 impl IdleBackoff {
@@ -357,6 +393,18 @@ impl IdleBackoff {
             busy_poll,
             empty_polls: 0,
             sleep: MIN_SLEEP,
+            traffic_cap: MAX_SLEEP,
+            slept: QUIET_AFTER,
+        }
+    }
+
+    /// The back-off of a loop that receives requests (the if-manager's RX
+    /// loop): its sleeps are capped at [`TRAFFIC_MAX_SLEEP`] while traffic
+    /// is recent (see the type's documentation).
+    pub fn receiver(busy_poll: bool) -> Self {
+        IdleBackoff {
+            traffic_cap: TRAFFIC_MAX_SLEEP,
+            ..Self::new(busy_poll)
         }
     }
 
@@ -366,14 +414,21 @@ impl IdleBackoff {
         if did_work || self.busy_poll {
             self.empty_polls = 0;
             self.sleep = MIN_SLEEP;
+            self.slept = Duration::ZERO;
             return IdleAction::Poll;
         }
         if self.empty_polls < SPIN_POLLS {
             self.empty_polls += 1;
             return IdleAction::Pause;
         }
-        let this = self.sleep;
-        self.sleep = (self.sleep * 2).min(MAX_SLEEP);
+        let cap = if self.slept < QUIET_AFTER {
+            self.traffic_cap
+        } else {
+            MAX_SLEEP
+        };
+        let this = self.sleep.min(cap);
+        self.slept = (self.slept + this).min(QUIET_AFTER);
+        self.sleep = (this * 2).min(MAX_SLEEP);
         IdleAction::Sleep(this)
     }
 
@@ -601,6 +656,56 @@ mod tests {
         assert_eq!(us, [10, 20, 40, 80, 160, 320, 500]);
         assert_eq!(b.after_poll(true), IdleAction::Poll);
         assert_eq!(b.after_poll(false), IdleAction::Pause);
+    }
+
+    /// The sleeps (µs) of `n` empty polls after the spins.
+    fn sleeps_us(b: &mut IdleBackoff, n: usize) -> Vec<u64> {
+        for _ in 0..SPIN_POLLS {
+            assert_eq!(b.after_poll(false), IdleAction::Pause);
+        }
+        (0..n)
+            .map(|_| match b.after_poll(false) {
+                IdleAction::Sleep(d) => d.as_micros() as u64,
+                other => panic!("expected a sleep, got {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_receiver_sleeps_short_while_traffic_is_recent_and_long_once_the_port_is_quiet() {
+        let mut b = IdleBackoff::receiver(false);
+        // No traffic yet: the port is quiet, the sleeps reach MAX_SLEEP.
+        assert_eq!(sleeps_us(&mut b, 7), [10, 20, 40, 80, 160, 320, 500]);
+        // After work, the cap is TRAFFIC_MAX_SLEEP ...
+        assert_eq!(b.after_poll(true), IdleAction::Poll);
+        let short = sleeps_us(&mut b, 6);
+        assert_eq!(short, [10, 20, 40, 80, 160, 200]);
+        // ... until it has slept QUIET_AFTER in all without work.
+        let mut slept: u64 = short.iter().sum();
+        let quiet = QUIET_AFTER.as_micros() as u64;
+        while slept < quiet {
+            match b.after_poll(false) {
+                IdleAction::Sleep(d) => {
+                    assert_eq!(d, TRAFFIC_MAX_SLEEP, "after {slept} µs");
+                    slept += d.as_micros() as u64;
+                }
+                other => panic!("expected a sleep, got {other:?}"),
+            }
+        }
+        let after: Vec<_> = (0..3).map(|_| b.after_poll(false)).collect();
+        let us = |n| IdleAction::Sleep(Duration::from_micros(n));
+        assert_eq!(
+            after,
+            [us(400), us(500), us(500)],
+            "quiet: doubling to MAX_SLEEP"
+        );
+        // Any work makes the traffic recent again.
+        assert_eq!(b.after_poll(true), IdleAction::Poll);
+        assert_eq!(*sleeps_us(&mut b, 8).last().unwrap(), 200);
+        // Other loops keep MAX_SLEEP whatever the traffic.
+        let mut other = IdleBackoff::new(false);
+        assert_eq!(other.after_poll(true), IdleAction::Poll);
+        assert_eq!(*sleeps_us(&mut other, 8).last().unwrap(), 500);
     }
 
     #[test]
