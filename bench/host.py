@@ -10,6 +10,9 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import provenance  # beside this file, in bench/
 
 
 def number(s: str):
@@ -32,21 +35,18 @@ def load_average(loadavg: str) -> list[str]:
     return loadavg.split()[:3]
 
 
-# What benchmarks write into the tree (make bench's generated sections and
-# plots): a change there is not a change to what is measured.
-GENERATED = ("docs/PERFORMANCE.md", "docs/bench")
-
-
 def git_head(repo: str) -> str:
-    """The short hash of REPO's HEAD, with "+dirty" when a tracked file
-    other than the benchmarks' own output (GENERATED) differs from it (what
-    was measured is then not that commit); "" outside a git checkout."""
+    """The short hash of REPO's HEAD, with "+dirty" when its measured code
+    (bench/provenance.py) differs from HEAD's in the work tree: what was
+    measured is then not that commit. Documentation (the benchmarks' own
+    output, generated sections and plots, included), tests and report
+    rendering may change during a run. "" outside a git checkout."""
     head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", repo, "status", "--porcelain", "--untracked-files=no", "--", ".",
-                            *(f":(exclude){p}" for p in GENERATED)],
-                           capture_output=True, text=True).stdout.strip()
-    return head + ("+dirty" if head and dirty else "")
+    if not head:
+        return ""
+    changed = provenance.measured_changes("HEAD", repo=Path(repo))
+    return head + ("+dirty" if changed is None or changed else "")
 
 
 def read(path: str) -> str:

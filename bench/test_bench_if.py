@@ -110,6 +110,10 @@ class ProcParsers(unittest.TestCase):
             Path(d, "docs", "PERFORMANCE.md").write_text("generated\n")
             Path(d, "docs", "bench", "plot.svg").write_text("generated\n")
             self.assertEqual(host.git_head(d), head)
+            # Notes written during a run do not change what it measured.
+            Path(d, "docs", "PERFORMANCE-JOURNAL.md").write_text("a note\n")
+            git("add", "docs/PERFORMANCE-JOURNAL.md")
+            self.assertEqual(host.git_head(d), head)
             Path(d, "src.rs").write_text("v2\n")
             self.assertEqual(host.git_head(d), head + "+dirty")
 
