@@ -138,14 +138,13 @@ bench-platform: build models python
 # resnet50's runs take the settings of its series in the repository
 # (PEERS_RESNET50; `PEERS_RESNET50=` runs it with bench.py's defaults):
 # levels of three windows, 55 minutes of levels per system, no 50% level
-# (BENCH_POINTS=, : an empty list),
-# and each system's full levels starting at the bracket of the first runs
-# on the 2-CPU AMD EPYC VM (BENCH_START, offered req/s; on a machine of
-# another speed capacity_search.confirm walks away from it, at the cost of
-# levels). Its scouts, single windows of 300 requests, were optimistic by
-# 10-25% and a run resolved to 2% from them took ~2 h 50 min; from the
-# brackets, ~2 h (PERFORMANCE-JOURNAL.md, "30 November: resnet50 resolved
-# to 2%").
+# (BENCH_POINTS=, : an empty list), and each system's full levels
+# starting at the bracket of the first runs on the 2-CPU AMD EPYC VM
+# (BENCH_START, offered req/s; on a machine of another speed
+# capacity_search.confirm walks away from it, at the cost of levels). Its
+# scouts, single windows of 300 requests, were optimistic by 10-25% and a
+# run resolved to 2% from them took ~2 h 50 min; from the brackets, ~2 h
+# (PERFORMANCE-JOURNAL.md, "30 November: resnet50 resolved to 2%").
 PEER_RUNS := docs/bench/runs/peers
 PEERS_RESNET50 ?= BENCH_SEARCH_BUDGET_S=3300 BENCH_MAX_WINDOWS=3 BENCH_POINTS=, \
 	BENCH_START=resnet50.kneepoint=5.9:6.7,resnet50.triton=5.2:5.9,resnet50.ray=3.7:4.4

@@ -411,11 +411,11 @@ pub struct SuccessionStats {
     /// everything it held.
     pub predecessor_died: bool,
     /// Taken from a dead owner: the requests that the handover it had
-    /// received named as in flight, and as answered (adopted: answered
-    /// already, or forwarded to the process that yielded while its window
-    /// is open).
+    /// received named as in flight (adopted: answered already, or
+    /// forwarded to the process that yielded while its window is open).
     pub inherited_in_flight: usize,
-    /// ... and as answered.
+    /// Taken from a dead owner: the requests that its handover named as
+    /// answered.
     pub inherited_answered: usize,
     /// We yielded the ring to a successor.
     pub yielded: bool,
