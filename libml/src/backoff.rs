@@ -10,8 +10,9 @@
 //!
 //! The numbers: 256 empty polls of ~100 ns each keep a burst that is merely
 //! bursty (gaps under ~25 µs) on the fast path; then the sleeps start at
-//! 10 µs and double up to a 500 µs cap. A packet that arrives on a platform
-//! idle for more than ~1 ms waits at most ~500 µs plus timer slack. Measured
+//! 10 µs and double up to a cap. With the 500 µs cap a packet that arrives
+//! on a platform idle for more than ~1 ms waits at most ~500 µs plus timer
+//! slack. Measured
 //! on the AMD VM (2 vCPUs), an idle if-manager then used 5.7% of a core
 //! (each wake from a sleep costs tens of µs of CPU on a VM), and with a
 //! 200 µs cap 9.6%; 1.3% on the Intel VM. The cap trades idle CPU against
