@@ -31,6 +31,7 @@ describe the product is computed, not asserted by hand.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import re
 import subprocess
@@ -47,11 +48,12 @@ NOT_MEASURED_DIRS = ("docs/", ".ci/", ".github/", "tests/", "fuzz/", "python/tes
 NOT_MEASURED_FILES = (".gitignore", "bench/report.py", "bench/provenance.py")
 
 
-# Harness files that only some sections run (a path, or a folder ending
-# in "/"), and those sections (a regular expression over section names,
-# matched whole). What a harness script runs is its own too: bench-policy
-# runs scripts/bench-if.sh. GPU files are measured by no section of
-# PERFORMANCE.md (the GPU's figures are in docs/bench/gpu/).
+# Harness files that only some sections run (shell-style patterns over
+# repository paths, `*` crossing folders), and those sections (a regular
+# expression over section names, matched whole). What a harness script
+# runs is its own too: bench-policy runs scripts/bench-if.sh. GPU files
+# are measured by no section of PERFORMANCE.md (the GPU's figures are in
+# docs/bench/gpu/).
 _IF = r"bench-if-(?!manager$).+"
 OWNERS: tuple[tuple[str, str], ...] = (
     ("scripts/bench-if.sh", f"{_IF}|bench-policy"),
@@ -62,32 +64,23 @@ OWNERS: tuple[tuple[str, str], ...] = (
     ("bench/bench_orchestrator.py", "bench-orchestrator"),
     ("scripts/bench-if-manager.sh", "bench-if-manager"),
     ("scripts/bench-idle.sh", "bench-idle"),
-    ("bench/bench_client_all.sh", "bench-client"),
-    ("bench/bench_client.sh", "bench-client"),
-    ("bench/bench_client.py", "bench-client"),
+    ("bench/bench_client*", "bench-client"),
     ("bench/client_report.py", "bench-client"),
-    ("bench/bench_gateway.sh", "bench-gateway"),
-    ("bench/bench_gateway.py", "bench-gateway"),
+    ("bench/bench_gateway.*", "bench-gateway"),
     ("bench/platform.sh", "bench-client|bench-gateway"),
     ("scripts/bench-classify.sh", "bench-classify"),
-    ("if-manager/benches/", "bench-classify"),
+    ("if-manager/benches/*", "bench-classify"),
     ("scripts/bench-layout.sh", "bench-layout"),
-    ("libml/benches/", "bench-layout"),
+    ("libml/benches/*", "bench-layout"),
     ("scripts/criterion-section.sh", "bench-classify|bench-layout"),
     ("bench/criterion_report.py", "bench-classify|bench-layout"),
     ("bench/bench.py", "bench-peers"),
     ("bench/capacity_search.py", "bench-peers"),
     ("bench/engine_limit.py", "bench-peers"),
     ("bench/schedule_bound.py", "bench-peers"),
-    ("bench/peers/", "bench-peers"),
-    ("bench/gpu-check/", "gpu-.+"),
-    ("scripts/gpu-all.sh", "gpu-.+"),
-    ("scripts/gpu-check.sh", "gpu-.+"),
-    ("scripts/gpu-knee.sh", "gpu-.+"),
-    ("scripts/gpu-platform-bundle.sh", "gpu-.+"),
-    ("scripts/gpu-platform.sh", "gpu-.+"),
-    ("scripts/gpu_check_ort.py", "gpu-.+"),
-    ("scripts/gpu_torch_eager.py", "gpu-.+"),
+    ("bench/peers/*", "bench-peers"),
+    ("bench/gpu-check/*", "gpu-.+"),
+    ("scripts/gpu[-_]*", "gpu-.+"),
     ("scripts/knee.py", "gpu-.+"),
 )
 
@@ -95,10 +88,7 @@ OWNERS: tuple[tuple[str, str], ...] = (
 def owners(path: str) -> str | None:
     """The sections (a regular expression) that alone run harness file
     PATH, or None when every section runs it."""
-    for owned, sections in OWNERS:
-        if path == owned or (owned.endswith("/") and path.startswith(owned)):
-            return sections
-    return None
+    return next((sections for pattern, sections in OWNERS if fnmatch.fnmatchcase(path, pattern)), None)
 
 
 def is_measured(path: str, section: str | None = None) -> bool:
