@@ -7,7 +7,7 @@
 # Then the back-off in the seconds after traffic, when its sleeps are
 # capped shorter (libml::backoff::TRAFFIC_MAX_SLEEP, until QUIET_AFTER, 10
 # s, of sleeping without work): on `net_pcap` whose capture holds one
-# frame, which arrives at start; ticks from 1 s to 9 s after it.
+# frame (kp-gen), which arrives at start; ticks from 1 s to 9 s after it.
 # Prints one JSON line per mode and a markdown table; writes
 # build/bench/idle.json and idle.md (docs/PERFORMANCE.md's generated
 # section).
@@ -28,15 +28,9 @@ hz=$(getconf CLK_TCK)
 # ticks PID: user + system ticks of the process's main thread.
 ticks() { awk '{print $14 + $15}' "/proc/$1/task/$1/stat"; }
 
-# One Ethernet frame (not for us: the if-manager counts it and drops it),
-# in a capture for net_pcap to deliver once.
-python3 - "$out/idle-one-frame.pcap" <<'PY'
-import struct, sys
-frame = bytes(6) + bytes.fromhex("020000000001") + b"\x08\x06" + bytes(46)
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
-    f.write(struct.pack("<IIII", 0, 0, len(frame), len(frame)) + frame)
-PY
+# One request of one fragment (kp-gen), for an IF that is not there: the
+# if-manager answers it UNKNOWN_IF, and net_pcap delivers it once.
+"$bin/kp-gen" --out "$out/idle-one-frame.pcap" --requests 1 --if-ids 2 --shape 1x1x3 >/dev/null
 
 # measure MODE [SECONDS WARMUP]: one if-manager, its main thread's CPU.
 measure() {
