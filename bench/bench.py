@@ -65,10 +65,11 @@ The peers are installed by this script from PyPI into .venv-peers/<peer>/
 reported with its error and the rest still runs.
 
 Outputs: BENCH_OUT (target/bench/peers): meta.json, engine.csv,
-windows.csv (every window), levels.csv, summary.csv, summary.json,
-report.md, logs/; plots BENCH_DOCS (docs/bench)/peers-<model>.svg; and the
-section between the bench-peers markers of docs/PERFORMANCE.md is replaced
-by report.md (BENCH_UPDATE_DOCS=0 to leave it). With BENCH_ARCHIVE=DIR a
+engine_checks.csv (the drift guard), windows.csv (every window),
+levels.csv, summary.csv, summary.json, report.md, logs/; plots
+BENCH_DOCS (docs/bench)/peers-<model>.svg; and the section between the
+bench-peers markers of docs/PERFORMANCE.md is replaced by report.md
+(BENCH_UPDATE_DOCS=0 to leave it). With BENCH_ARCHIVE=DIR a
 finished run's summary.json (not its raw windows or logs) is copied to
 DIR: `make bench-peers` keeps every run's in docs/bench/runs/peers/rep-K/
 <model>/, in the repository, and combines them from there.
@@ -94,6 +95,10 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_TRITON_QUEUE_POLICY (none: Triton queues every request; reject:
     see TRITON_QUEUE_POLICIES for why it is not the default)
   BENCH_ENGINE_BATCHES (1,2,4,8) BENCH_ENGINE_SECONDS (3)
+  BENCH_ENGINE_CHECK_S (3: the drift guard, batch 1 alone on the worker
+    core for this many seconds after each system, every system stopped,
+    so that each capacity can be read against the engine's speed around
+    its own search (report.engine_around); 0: none)
   BENCH_WARMUP_S (5) BENCH_WINDOW_S (6.67) BENCH_WINDOW_MAX_S (300)
   BENCH_WINDOW_REQUESTS (667: a window lasts long enough for this many
     requests, between WINDOW_S and WINDOW_MAX_S; three windows make a
@@ -265,6 +270,9 @@ class Settings:
         self.slo_x = env("BENCH_SLO_X", S(4.0, 0.0), float)
         self.engine_batches = env("BENCH_ENGINE_BATCHES", S("1,2,4,8", "1,2"))
         self.engine_seconds = env("BENCH_ENGINE_SECONDS", S(3.0, 0.3), float)
+        # The drift guard: the systems run one after another on a machine
+        # whose speed drifts, so the engine alone is timed again after each.
+        self.engine_check_s = env("BENCH_ENGINE_CHECK_S", S(3.0, 0.3), float)
         self.warmup_s = env("BENCH_WARMUP_S", S(5.0, 0.5), float)
         # A level's three windows hold at least 2,000 requests and 20 s
         # (issue 13), so that a p99 rests on 20 requests beyond it.
@@ -770,10 +778,14 @@ def load_model(name: str) -> dict:
             "top_k": int(c.get("top_k", 5)), "shape": c["input"]["shape"]}
 
 
-def engine_limit(s: Settings, m: dict) -> list[dict]:
+def engine_limit(s: Settings, m: dict, batches: str | None = None, seconds: float | None = None) -> list[dict]:
+    """The engine alone on the worker core (bench/engine_limit.py), one
+    row per batch size: the run's BENCH_ENGINE_BATCHES for
+    BENCH_ENGINE_SECONDS each unless given."""
     r = subprocess.run(["taskset", "-c", str(s.worker_cpu), sys.executable, str(BENCH / "engine_limit.py"),
                         "--config", str(m["config"]), "--threads", str(s.threads),
-                        "--batches", s.engine_batches, "--seconds", str(s.engine_seconds)],
+                        "--batches", batches or s.engine_batches,
+                        "--seconds", str(s.engine_seconds if seconds is None else seconds)],
                        capture_output=True, text=True)
     if r.returncode:
         raise RuntimeError(f"engine_limit.py failed: {r.stderr.strip()[-500:]}")
@@ -904,6 +916,18 @@ class Runner:
         return {"capacity": cap, "search_cut": self.search_cut}
 
 
+ENGINE_CHECK_FIELDS = ["model", "after", "median_ms", "p90_ms", "images_per_s", "at"]
+
+
+def engine_check(out: Path, model: str, after: str, row: dict):
+    """Records one check of the drift guard in engine_checks.csv: the
+    engine alone at batch 1 at the start ("start": the engine limit's own
+    batch-1 row) or after a system ran."""
+    append_csv(out / "engine_checks.csv", ENGINE_CHECK_FIELDS,
+               {"model": model, "after": after, "median_ms": row["median_ms"], "p90_ms": row["p90_ms"],
+                "images_per_s": row["images_per_s"], "at": time.strftime("%H:%M:%S")})
+
+
 def append_csv(path: Path, fields: list[str], row: dict):
     new = not path.exists()
     with open(path, "a", newline="") as f:
@@ -926,6 +950,7 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
     """report.md, summary.{csv,json} and the plots, from the CSVs in out."""
     engine = read_csv(out / "engine.csv")
     windows = read_csv(out / "windows.csv")
+    checks = read_csv(out / "engine_checks.csv")
     models = []
     summary_rows = []
     for name in meta["models"]:
@@ -986,6 +1011,9 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
                     row[f"at{int(round(100 * p))}_{k}"] = lv[k] if lv else ""
             summary_rows.append(row)
         models.append({"model": name, "slo_ms": m["slo_ms"], "slo_rule": m.get("slo_rule"), "engine": eng,
+                       "engine_checks": [{"after": c["after"], "median_ms": float(c["median_ms"]),
+                                          "images_per_s": float(c["images_per_s"]), "at": c["at"]}
+                                         for c in checks if c["model"] == name],
                        "systems": systems,
                        "points": s.points, "plot": None})
     if summary_rows:
@@ -1113,8 +1141,8 @@ def header_markdown(meta: dict, s: Settings) -> str:
          "its capacity level, per OK answer; in brackets the inference process alone. The load generator is "
          "not counted.",
          "- Raw data: target/bench/peers/ where the run was taken (windows.csv, levels.csv, summary.csv, "
-         "engine.csv, logs/); `make bench-peers` keeps each run's summary.json in the repository, in "
-         "docs/bench/runs/peers/rep-K/<model>/.",
+         "engine.csv, engine_checks.csv, logs/); `make bench-peers` keeps each run's summary.json in the "
+         "repository, in docs/bench/runs/peers/rep-K/<model>/.",
          ""]
     errs = meta.get("errors", {})
     if errs:
@@ -1230,6 +1258,9 @@ def main() -> int:
                                             "p99_ms", "min_ms", "max_ms", "images_per_s"], r)
             say(f"  batch {r['batch']}: {r['median_ms']:.2f} ms, {r['images_per_s']:.1f} img/s")
         limit = max(r["images_per_s"] for r in eng)
+        one = next((r for r in eng if int(r["batch"]) == 1), None)
+        if s.engine_check_s > 0 and one:
+            engine_check(out, name, "start", one)
         if s.slo_x > 0:
             m["slo_ms"] = slo_from_engine(s.slo_x, eng, m["slo_ms"])
             meta["model_info"][name]["slo_ms"] = m["slo_ms"]
@@ -1269,6 +1300,15 @@ def main() -> int:
             finally:
                 sysm.stop()
             say(f"{name}: {sysname}: {time.monotonic() - t0:.0f} s")
+            if s.engine_check_s > 0 and one:
+                try:
+                    r = engine_limit(s, m, "1", s.engine_check_s)[0]
+                    engine_check(out, name, sysname, r)
+                    say(f"{name}: drift guard after {sysname}: batch 1 {r['median_ms']:.2f} ms "
+                        f"({r['median_ms'] / one['median_ms']:.3f} of the start's)")
+                except (RuntimeError, IndexError) as e:  # the run goes on without this check
+                    meta["errors"][f"{name}/engine check after {sysname}"] = str(e)
+                    say(f"{name}: drift guard after {sysname}: FAILED: {e}")
             json.dump(meta, open(out / "meta.json", "w"), indent=1, default=str)
 
     meta["loadavg_end"] = list(os.getloadavg())
@@ -1407,7 +1447,8 @@ def smoke_combine(out: Path, s: Settings) -> int:
     combine(out / "runs", s, out / "combined", echo=False)
     md = (out / "runs" / "report.md").read_text()
     problems = [f"combined report: no {want!r}" for want in
-                ["1 run: ", "### The last run of " + ", ".join(s.models) + " (rep-1/smoke) in detail"]
+                ["1 run: ", "### The last run of " + ", ".join(s.models) + " (rep-1/smoke) in detail",
+                 "Drift guard (the engine alone at batch 1"]
                 if want not in md]
     problems += [f"combined report: no plot of {name}" for name in s.models
                  if not (out / "combined" / f"peers-{name}.svg").exists()]
@@ -1423,6 +1464,12 @@ def smoke_check(out: Path, meta: dict) -> int:
     problems = smoke_problems(read_csv(out / "windows.csv"), meta["systems"], meta["models"], meta["errors"])
     if not (out / "report.md").exists() or not list((out / "docs").glob("peers-*.svg")):
         problems.append("no report.md or plot")
+    # The drift guard: the start and a check after each system, per model.
+    checks = read_csv(out / "engine_checks.csv")
+    for name in meta["models"]:
+        got = [c["after"] for c in checks if c["model"] == name]
+        if got != ["start"] + meta["systems"]:
+            problems.append(f"{name}: drift guard checks {got}, expected start and one after each system")
     for p in problems:
         say(f"SMOKE FAILED: {p}")
     if not problems:

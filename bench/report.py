@@ -151,6 +151,51 @@ def capacity(levels: list[dict]) -> dict | None:
     return max(good, key=lambda lv: lv["ok_per_s"]) if good else None
 
 
+# --- the drift guard ---------------------------------------------------------
+#
+# The systems of a run are measured one after another, each for 5-15
+# minutes, on a shared machine whose speed drifts: on the 2-CPU Xeon VM the
+# engine's batch-1 median went from 9.05 to 7.7 ms between two runs an hour
+# apart, and within one run a system measured in a fast spell gains what one
+# measured in a slow spell loses. So bench.py times the engine alone (batch
+# 1, on the worker core, every system stopped) before the first system and
+# after each ("engine_checks" of a model: {"after": "start" or the system,
+# "median_ms", "images_per_s"}), and a capacity can be read against the
+# engine's speed around its own search. Capacities are engine-bound at the
+# SLO, so capacity / that speed is what each system makes of the engine it
+# had; the ratio of two of them is the comparison with the drift taken out.
+
+
+def engine_around(m: dict) -> dict[str, float]:
+    """Each system's engine speed around its own search (images/s at batch
+    1): the mean of the drift guard's checks just before and just after it.
+    Empty for a run without checks (runs before the guard)."""
+    checks = m.get("engine_checks") or []
+    return {checks[i]["after"]: (checks[i - 1]["images_per_s"] + checks[i]["images_per_s"]) / 2
+            for i in range(1, len(checks))}
+
+
+def engine_drift(m: dict) -> float | None:
+    """How far the engine's speed moved within the run: the fastest check's
+    images/s over the slowest's, less one; None with fewer than two."""
+    v = [c["images_per_s"] for c in m.get("engine_checks") or []]
+    return max(v) / min(v) - 1 if len(v) >= 2 and min(v) > 0 else None
+
+
+def guard_markdown(m: dict) -> str:
+    """The drift guard's line of a run's model section ("" without checks)."""
+    checks = m.get("engine_checks") or []
+    drift = engine_drift(m)
+    if drift is None:
+        return ""
+    when = lambda c: "at the start" if c["after"] == "start" else f"after {NAMES.get(c['after'], c['after'])}"  # noqa: E731
+    return ("Drift guard (the engine alone at batch 1 on the same core, every system stopped, before the first "
+            "system and after each): " + ", ".join(f"{c['median_ms']:.2f} ms {when(c)}" for c in checks)
+            + f": its speed moved by {100 * drift:.1f}% within the run. The ratios \"at each one's engine speed\" "
+            "divide each capacity by the engine's images/s around its own search (the mean of the checks before "
+            "and after it).")
+
+
 # --- markdown ---------------------------------------------------------------
 
 def _f(v, nd=1):
@@ -202,6 +247,10 @@ def model_markdown(m: dict) -> str:
             f"batch {r['batch']}: {r['median_ms']:.2f} ms/batch, {r['images_per_s']:.1f} img/s" for r in eng)
             + f". **Best: {best['images_per_s']:.1f} images/s at batch {best['batch']}.**")
         L.append("")
+    guard = guard_markdown(m)
+    if guard:
+        L += [guard, ""]
+    speed = engine_around(m)
     pts = m["points"]
     L.append("| system | capacity: max OK req/s with p99 ≤ SLO | % of engine limit | "
              + "".join(f"p50 / p90 / p99 ms at {int(round(100 * p))}% | " for p in pts)
@@ -246,7 +295,9 @@ def model_markdown(m: dict) -> str:
         if kp:
             for peer in ("triton", "ray"):
                 if caps.get(peer):
-                    ratios.append(f"{me} / {NAMES[peer]} = **{kp / caps[peer]:.2f}×**")
+                    at_speed = (f" (at each one's engine speed: {kp / speed[me] / (caps[peer] / speed[peer]):.2f}×)"
+                                if speed.get(me) and speed.get(peer) else "")
+                    ratios.append(f"{me} / {NAMES[peer]} = **{kp / caps[peer]:.2f}×**{at_speed}")
                 elif peer in caps:
                     low = _lowest(next(x for x in m["systems"] if x["system"] == peer))
                     ratios.append(f"{NAMES[peer]} met the SLO at no level measured{low}")
@@ -465,7 +516,9 @@ def repeats(runs: list[dict]) -> list[dict]:
                "cut": {s: [w for w in (unresolved(x) for x in (find(m, s) for m in per) if x) if w is not None]
                        for s in systems},
                "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": [],
-               "peer_caps": peer_caps, "peers_tuned": all(c is not None for c in peer_caps)}
+               "peer_caps": peer_caps, "peers_tuned": all(c is not None for c in peer_caps),
+               "drift": spread([d for d in map(engine_drift, per) if d is not None]),
+               "guarded_runs": sum(1 for m in per if engine_drift(m) is not None)}
         # What the engine allows, per run (a simulation: schedule_bound.py).
         allowed = [schedule_bound.engine_bound(m.get("engine") or [], m.get("slo_ms")) for m in per]
         if allowed and all(allowed):
@@ -487,6 +540,11 @@ def repeats(runs: list[dict]) -> list[dict]:
                 if peer not in systems:
                     continue
                 ratios, at_least, peer_values, peer_upper, my_upper = [], False, [], [], []
+                # The same at each system's engine speed (the drift guard):
+                # capacities (and upper ends) over the engine's images/s
+                # around each one's own search, where every run has them.
+                adj, mine_n, peer_n, peer_up_n, mine_up_n = [], [], [], [], []
+                guarded = all(engine_around(m).get(me) and engine_around(m).get(peer) for m in per)
                 for m in per:
                     kp = (find(m, me) or {}).get("capacity")
                     v, bound = _capacity_or_bound(find(m, peer))
@@ -497,23 +555,41 @@ def repeats(runs: list[dict]) -> list[dict]:
                     if kp and v:
                         ratios.append(kp["ok_per_s"] / v)
                         at_least |= bound
-                a = row["capacity"][me]
-                b = spread(peer_values)
-                # Upper ends: a search cut by its budget may have stopped
-                # below the capacity (None: unbounded above).
-                b_up = None if None in peer_upper else spread(peer_upper)
-                a_up = None if None in my_upper else spread(my_upper)
-                verdict = ("few" if len(per) < REPEATS_NEEDED else
-                           "win" if a and b and b_up and a["min"] > b_up["max"] else
-                           "loss" if a and b and a_up and a_up["max"] < b["min"] and not row["below"][peer]
-                           else "overlap")
+                    if guarded:
+                        sp = engine_around(m)
+                        over = lambda x, who: None if x is None else x / sp[who]  # noqa: E731
+                        if kp:
+                            mine_n.append(kp["ok_per_s"] / sp[me])
+                        if v is not None:
+                            peer_n.append(v / sp[peer])
+                        peer_up_n.append(over(_upper(find(m, peer)), peer))
+                        mine_up_n.append(over(_upper(find(m, me)), me))
+                        if kp and v:
+                            adj.append(kp["ok_per_s"] / sp[me] / (v / sp[peer]))
+                def judge(a, b, a_up_values, b_up_values):
+                    # Upper ends: a search cut by its budget may have
+                    # stopped below the capacity (None: unbounded above).
+                    b_up = None if None in b_up_values else spread(b_up_values)
+                    a_up = None if None in a_up_values else spread(a_up_values)
+                    return ("few" if len(per) < REPEATS_NEEDED else
+                            "win" if a and b and b_up and a["min"] > b_up["max"] else
+                            "loss" if a and b and a_up and a_up["max"] < b["min"] and not row["below"][peer]
+                            else "overlap")
+
+                verdict = judge(row["capacity"][me], spread(peer_values), my_upper, peer_upper)
                 target = TARGETS.get(name) if me == "kneepoint" else None
                 r = spread(ratios)
+                ra = spread(adj) if guarded else None
+                verdict_at_speed = judge(spread(mine_n), spread(peer_n), mine_up_n, peer_up_n) if guarded else None
+                # A target is met only where the drift guard, when the runs
+                # have it, agrees: the drift can flatter either side.
                 row["comparisons"].append({
                     "kneepoint": me, "peer": peer, "ratio": r, "at_least": at_least, "verdict": verdict,
+                    "ratio_at_speed": ra, "verdict_at_speed": verdict_at_speed,
                     "target": target,
                     "target_met": (target is not None and r is not None and verdict == "win"
-                                   and r["median"] >= target and row["peers_tuned"])})
+                                   and r["median"] >= target and row["peers_tuned"]
+                                   and (ra is None or (verdict_at_speed == "win" and ra["median"] >= target)))})
         out.append(row)
     return out
 
@@ -602,8 +678,14 @@ def repeats_markdown(runs: list[dict]) -> str:
             line = (f"- {row['model']}: {c['kneepoint']} / {NAMES[c['peer']]} = "
                     f"{'at least ' if c['at_least'] else ''}{spread_text(c['ratio'], 2, '×')}"
                     f"{bound if c['at_least'] else ''}, {how}")
+            if c.get("ratio_at_speed"):
+                line += (f"; at each one's engine speed (the drift guard): "
+                         f"{'at least ' if c['at_least'] else ''}{spread_text(c['ratio_at_speed'], 2, '×')}, "
+                         + {"win": "a win", "loss": "a loss", "overlap": "spreads overlapping",
+                            "few": "too few runs"}[c["verdict_at_speed"]])
             if c["target"] is not None:
-                line += (f"; the issue's target (a median ≥ {c['target']:g}× and a win) is "
+                line += (f"; the issue's target (a median ≥ {c['target']:g}× and a win"
+                         + (", at each one's engine speed too" if c.get("ratio_at_speed") else "") + ") is "
                          + ("not judged yet" if c["verdict"] == "few" else
                             "not judged: the peers' batch cap was not tuned for the SLO" if not row["peers_tuned"]
                             else "met" if c["target_met"] else "not met"))
@@ -615,6 +697,12 @@ def repeats_markdown(runs: list[dict]) -> str:
                         f"kneepoint's in {len(row['peer_caps']) - len(tuned)} of the runs, not tuned for the SLO "
                         "(runs before BENCH_PEER_MAX_BATCH): their batchers fill batches up to it whether or not "
                         "those are faster per image, so the ratios may flatter kneepoint."))
+        if row["drift"]:
+            L.append(f"- {row['model']}: within a run the engine's speed moved by "
+                     f"{spread_text({k: (100 * v if k != 'n' else v) for k, v in row['drift'].items()}, 1, '%')} "
+                     f"(the drift guard, in {row['guarded_runs']} of the {row['runs']} runs)"
+                     + ("" if row["guarded_runs"] == row["runs"] else
+                        "; ratios at each one's engine speed need it in every run") + ".")
         cap = row["capacity"].get("kneepoint")
         if cap and row["engine_limit"]:
             L.append(f"- {row['model']}: kneepoint's capacity is {cap['median'] / row['engine_limit']['median']:.2f} "

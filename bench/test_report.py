@@ -313,6 +313,63 @@ class Repeats(unittest.TestCase):
         # Runs without the engine's batch costs (older summaries): no line.
         self.assertNotIn("allowed", report.repeats([self.one("a1", {"kneepoint": 45})])[0])
 
+    @staticmethod
+    def guarded(run, speeds):
+        """RUN with drift-guard checks: SPEEDS, images/s at batch 1 at the
+        start and after each of its systems in order."""
+        m = run["models"][0]
+        order = ["start"] + [s["system"] for s in m["systems"]]
+        m["engine_checks"] = [{"after": w, "median_ms": 1000 / v, "images_per_s": v} for w, v in zip(order, speeds)]
+        return run
+
+    def test_the_drift_guard_reads_each_capacity_against_the_engine_around_its_own_search(self):
+        run = self.guarded(self.one("a1", {"kneepoint": 40, "triton": 36}), [100, 80, 120])
+        m = run["models"][0]
+        # kneepoint ran between the checks of 100 and 80 images/s, Triton
+        # between 80 and 120: a slow spell for one, a fast one for the other.
+        self.assertEqual(report.engine_around(m), {"kneepoint": 90.0, "triton": 100.0})
+        self.assertAlmostEqual(report.engine_drift(m), 120 / 80 - 1)
+        self.assertEqual(report.engine_around(self.one("a1", {"kneepoint": 40})["models"][0]), {})
+        self.assertIsNone(report.engine_drift(self.one("a1", {"kneepoint": 40})["models"][0]))
+        m["points"], m["plot"], m["engine"] = [], None, [{"batch": 1, "median_ms": 10.0, "images_per_s": 100.0}]
+        for s in m["systems"]:
+            s.update(points={}, bracket=None, cpu_level=None)
+        md = report.model_markdown(m)
+        self.assertIn("Drift guard (the engine alone at batch 1 on the same core, every system stopped, before the "
+                      "first system and after each): 10.00 ms at the start, 12.50 ms after kneepoint, 8.33 ms after "
+                      "Triton: its speed moved by 50.0% within the run.", md)
+        self.assertIn("kneepoint / Triton = **1.11×** (at each one's engine speed: 1.23×)", md)
+
+    def test_a_target_met_only_in_a_drift_the_guard_sees_is_not_met(self):
+        # Raw: 60 against 38-40, a win at 1.5-1.58x. But kneepoint ran in
+        # a fast spell (engine 120 images/s around it) and Triton in a
+        # slowing one (120, then 90: 105): at each one's engine speed
+        # 1.31-1.38x, under the target.
+        runs = [self.guarded(self.one("a1", {"kneepoint": 60, "triton": t}), [120, 120, 90]) for t in (38, 39, 40)]
+        c = report.repeats(runs)[0]["comparisons"][0]
+        self.assertEqual((c["verdict"], c["verdict_at_speed"]), ("win", "win"))
+        self.assertAlmostEqual(c["ratio"]["median"], 60 / 39)
+        self.assertAlmostEqual(c["ratio_at_speed"]["median"], (60 / 120) / (39 / 105))
+        self.assertFalse(c["target_met"])
+        md = report.repeats_markdown(runs)
+        self.assertIn("kneepoint / Triton = 1.54× [1.50–1.58], a win: the capacity spreads do not overlap; at each "
+                      "one's engine speed (the drift guard): 1.35× [1.31–1.38], a win; the issue's target (a median "
+                      "≥ 1.5× and a win, at each one's engine speed too) is not met.", md)
+        self.assertIn("- squeezenet: within a run the engine's speed moved by 33.3% [33.3–33.3] (the drift guard, "
+                      "in 3 of the 3 runs).", md)
+        # A steady engine: the guard agrees and the target is met.
+        for r in runs:
+            self.guarded(r, [100, 100, 100])
+        c = report.repeats(runs)[0]["comparisons"][0]
+        self.assertTrue(c["target_met"])
+        # One run without the guard: the raw verdict alone, as before it.
+        del runs[0]["models"][0]["engine_checks"]
+        row = report.repeats(runs)[0]
+        self.assertIsNone(row["comparisons"][0]["ratio_at_speed"])
+        self.assertTrue(row["comparisons"][0]["target_met"])
+        self.assertIn("(the drift guard, in 2 of the 3 runs); ratios at each one's engine speed need it in every "
+                      "run.", report.repeats_markdown(runs))
+
     def test_a_cut_search_is_flagged_under_the_runs_table(self):
         def sysm(name, bracket, cut):
             return {"system": name, "capacity": {"ok_per_s": bracket[0], "offered_rps": bracket[0]},
