@@ -54,7 +54,7 @@ def time_sizes(sizes: list[int], infer, seconds: float, slice_s: float, min_iter
     calls, the sizes taking turns of `slice_s` seconds, in rounds whose
     order alternates, until each has had `seconds` of counted batches and
     at least `min_iterations`; the first batch after one of another shape
-    is run but not counted. One size runs in a single turn."""
+    is run but not counted (so one size alone runs as one turn)."""
     lats: dict[int, list[float]] = {b: [] for b in sizes}
     spent = dict.fromkeys(sizes, 0.0)  # seconds of counted batches per size
 
@@ -70,7 +70,7 @@ def time_sizes(sizes: list[int], infer, seconds: float, slice_s: float, min_iter
                 infer(b)  # the first batch after one of another shape: not counted
                 last = b
             turn = 0.0
-            while not done(b) and (turn < slice_s or len(sizes) == 1):
+            while not done(b) and turn < slice_s:
                 t = clock()
                 infer(b)
                 dt = clock() - t

@@ -508,6 +508,9 @@ def repeats(runs: list[dict]) -> list[dict]:
             return [v for v, bound in (_capacity_or_bound(find(m, system)) for m in per) if bound]
 
         peer_caps = [((r["meta"].get("model_info") or {}).get(name) or {}).get("peer_max_batch") for r, _ in pairs]
+        # The drift guard's reading of each run: the engine's speed around
+        # each system's search, and how far it moved.
+        speeds, drifts = [engine_around(m) for m in per], [engine_drift(m) for m in per]
         engine = [max(r["images_per_s"] for r in m["engine"]) for m in per if m.get("engine")]
         row = {"model": name, "runs": len(per), "slo_ms": spread([m["slo_ms"] for m in per]),
                "engine_limit": spread(engine),
@@ -517,8 +520,8 @@ def repeats(runs: list[dict]) -> list[dict]:
                        for s in systems},
                "peak": {s: spread(caps(s, "peak")) for s in systems}, "comparisons": [],
                "peer_caps": peer_caps, "peers_tuned": all(c is not None for c in peer_caps),
-               "drift": spread([d for d in map(engine_drift, per) if d is not None]),
-               "guarded_runs": sum(1 for m in per if engine_drift(m) is not None)}
+               "drift": spread([d for d in drifts if d is not None]),
+               "guarded_runs": sum(1 for d in drifts if d is not None)}
         # What the engine allows, per run (a simulation: schedule_bound.py).
         allowed = [schedule_bound.engine_bound(m.get("engine") or [], m.get("slo_ms")) for m in per]
         if allowed and all(allowed):
@@ -539,48 +542,45 @@ def repeats(runs: list[dict]) -> list[dict]:
             for peer in ("triton", "ray"):
                 if peer not in systems:
                     continue
-                ratios, at_least, peer_values, peer_upper, my_upper = [], False, [], [], []
-                # The same at each system's engine speed (the drift guard):
-                # capacities (and upper ends) over the engine's images/s
-                # around each one's own search, where every run has them.
-                adj, mine_n, peer_n, peer_up_n, mine_up_n = [], [], [], [], []
-                guarded = all(engine_around(m).get(me) and engine_around(m).get(peer) for m in per)
-                for m in per:
-                    kp = (find(m, me) or {}).get("capacity")
-                    v, bound = _capacity_or_bound(find(m, peer))
-                    if v is not None:
-                        peer_values.append(v)
-                    peer_upper.append(_upper(find(m, peer)))
-                    my_upper.append(_upper(find(m, me)))
-                    if kp and v:
-                        ratios.append(kp["ok_per_s"] / v)
-                        at_least |= bound
-                    if guarded:
-                        sp = engine_around(m)
-                        over = lambda x, who: None if x is None else x / sp[who]  # noqa: E731
+                def compare(scale):
+                    """The ratios over runs and the verdict, each run's
+                    capacities (and upper ends) of a system divided by
+                    scale(i, system) for run i: 1 for the capacities as measured,
+                    the engine's speed around the system's own search
+                    for the drift guard's reading."""
+                    ratios, at_least, mine, peers, my_upper, peer_upper = [], False, [], [], [], []
+                    for i, m in enumerate(per):
+                        over = lambda x, who: None if x is None else x / scale(i, who)  # noqa: E731
+                        kp = over(((find(m, me) or {}).get("capacity") or {}).get("ok_per_s"), me)
+                        v, bound = _capacity_or_bound(find(m, peer))
+                        v = over(v, peer)
                         if kp:
-                            mine_n.append(kp["ok_per_s"] / sp[me])
+                            mine.append(kp)
                         if v is not None:
-                            peer_n.append(v / sp[peer])
-                        peer_up_n.append(over(_upper(find(m, peer)), peer))
-                        mine_up_n.append(over(_upper(find(m, me)), me))
+                            peers.append(v)
+                        peer_upper.append(over(_upper(find(m, peer)), peer))
+                        my_upper.append(over(_upper(find(m, me)), me))
                         if kp and v:
-                            adj.append(kp["ok_per_s"] / sp[me] / (v / sp[peer]))
-                def judge(a, b, a_up_values, b_up_values):
+                            ratios.append(kp / v)
+                            at_least |= bound
                     # Upper ends: a search cut by its budget may have
                     # stopped below the capacity (None: unbounded above).
-                    b_up = None if None in b_up_values else spread(b_up_values)
-                    a_up = None if None in a_up_values else spread(a_up_values)
-                    return ("few" if len(per) < REPEATS_NEEDED else
-                            "win" if a and b and b_up and a["min"] > b_up["max"] else
-                            "loss" if a and b and a_up and a_up["max"] < b["min"] and not row["below"][peer]
-                            else "overlap")
+                    a, b = spread(mine), spread(peers)
+                    b_up = None if None in peer_upper else spread(peer_upper)
+                    a_up = None if None in my_upper else spread(my_upper)
+                    verdict = ("few" if len(per) < REPEATS_NEEDED else
+                               "win" if a and b and b_up and a["min"] > b_up["max"] else
+                               "loss" if a and b and a_up and a_up["max"] < b["min"] and not row["below"][peer]
+                               else "overlap")
+                    return spread(ratios), at_least, verdict
 
-                verdict = judge(row["capacity"][me], spread(peer_values), my_upper, peer_upper)
+                r, at_least, verdict = compare(lambda i, system: 1.0)
+                # The same at each system's engine speed (the drift guard),
+                # where every run has it for both.
+                guarded = all(sp.get(me) and sp.get(peer) for sp in speeds)
+                ra, _, verdict_at_speed = (compare(lambda i, system: speeds[i][system]) if guarded
+                                           else (None, False, None))
                 target = TARGETS.get(name) if me == "kneepoint" else None
-                r = spread(ratios)
-                ra = spread(adj) if guarded else None
-                verdict_at_speed = judge(spread(mine_n), spread(peer_n), mine_up_n, peer_up_n) if guarded else None
                 # A target is met only where the drift guard, when the runs
                 # have it, agrees: the drift can flatter either side.
                 row["comparisons"].append({
