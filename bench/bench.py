@@ -154,6 +154,7 @@ BENCH = REPO / "bench"
 sys.path.insert(0, str(BENCH))
 import capacity_search  # noqa: E402
 import report  # noqa: E402
+import hindsight  # noqa: E402
 import host  # noqa: E402
 import provenance  # noqa: E402
 
@@ -494,7 +495,7 @@ class Kneepoint(System):
             ["ip", "netns", "exec", self.netf["PLATFORM_NS"], str(bin_path("kp-if")), *busy,
              "--model", str(m["config"]), "--control", ctl, "--slo-ms", f"{m['slo_ms']:g}",
              "--threads", str(s.threads), "--max-batch", str(s.max_batch), "--cores", str(s.worker_cpu),
-             "--convert-on", self.convert_on,
+             "--convert-on", self.convert_on, "--trace", str(self.trace_path()),
              "--", "--lcores", f"1@{s.kp_rx_cpu}", "--proc-type", "secondary", *eal],
             stdout=open(self.log("kp-if-report"), "w"), stderr=open(self.if_log, "w"))
         wait_for_line(self.if_log, "kp-if: ready", self.kpif, "kp-if", 120)
@@ -509,7 +510,28 @@ class Kneepoint(System):
                 str(bin_path("kp-client")), "--dst", f"{self.netf['PLATFORM_IP']}:9000",
                 "--if-id", str(self.model["if_id"]), "--rate", f"{rate:.3f}", "--duration", f"{seconds:.3f}s",
                 "--timeout", f"{timeout_s:.3f}s", "--input", "synthetic", "--seed", str(seed),
-                "--first-request-id", str(first_id), "--json"]
+                "--first-request-id", str(first_id), "--record", str(self.record_path(seed)), "--json"]
+
+    def trace_path(self) -> Path:
+        """kp-if --trace: every request it answered, when it was complete
+        and when its batch ran (hindsight.py reads it)."""
+        return self.logs / f"{self.model['name']}-{self.name}-trace.jsonl"
+
+    def record_path(self, seed: int) -> Path:
+        """kp-client --record of the window with this seed: when each
+        request was sent and how it ended."""
+        return self.logs / f"{self.model['name']}-{self.name}-window-{seed}.csv"
+
+    def hindsight(self, out: Path) -> list[dict]:
+        """hindsight.csv's rows for this system's full levels, from its
+        trace, records and windows (call after stop: kp-if writes the trace
+        as it exits)."""
+        ws = [w for w in read_csv(out / "windows.csv") if w["model"] == self.model["name"]
+              and w["system"] == self.name and w["phase"] not in ("warmup", "scout")]
+        if not ws:
+            return []
+        return hindsight.run(ws, self.record_path, self.trace_path(), self.log("kp-if-report"),
+                             self.model["slo_ms"])
 
     def stop(self):
         stop_proc(getattr(self, "kpif", None))
@@ -951,6 +973,7 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
     engine = read_csv(out / "engine.csv")
     windows = read_csv(out / "windows.csv")
     checks = read_csv(out / "engine_checks.csv")
+    hind = {(h["model"], h["system"], int(h["level"])): h for h in read_csv(out / "hindsight.csv")}
     models = []
     summary_rows = []
     for name in meta["models"]:
@@ -974,6 +997,10 @@ def build_report(out: Path, docs: Path, s: Settings, meta: dict) -> str:
             for lvl, g in groups.items():
                 lv = report.aggregate(g, m["slo_ms"], s.stability)
                 lv.update(phase=g[0]["phase"], label=g[0]["label"], level=int(lvl))
+                h = hind.get((name, sysname, int(lvl)))
+                if h:
+                    lv["hindsight"] = {k: (float(h[k]) if h[k] not in ("", None) else None)
+                                       for k in hindsight.FIELDS[3:]}
                 levels.append(lv)
             if err and not levels:
                 systems.append({"system": sysname, "error": err})
@@ -1300,6 +1327,13 @@ def main() -> int:
             finally:
                 sysm.stop()
             say(f"{name}: {sysname}: {time.monotonic() - t0:.0f} s")
+            if isinstance(sysm, Kneepoint) and sysm.trace_path().exists():
+                try:
+                    for row in sysm.hindsight(out):
+                        append_csv(out / "hindsight.csv", hindsight.FIELDS, row)
+                except (OSError, ValueError, KeyError) as e:  # the run goes on without it
+                    meta["errors"][f"{name}/hindsight of {sysname}"] = f"{type(e).__name__}: {e}"
+                    say(f"{name}: {sysname}: hindsight FAILED: {e}")
             if s.engine_check_s > 0 and one:
                 try:
                     r = engine_limit(s, m, "1", s.engine_check_s)[0]
@@ -1459,6 +1493,31 @@ def smoke_combine(out: Path, s: Settings) -> int:
     return 1 if problems else 0
 
 
+def smoke_hindsight(out: Path, meta: dict) -> list[str]:
+    """Every full level of a kneepoint system has its hindsight (hindsight.py)
+    over every request its windows sent, all of them traced by kp-if (a
+    smoke run's requests are all answered OK), and the report says it."""
+    problems = []
+    windows = [w for w in read_csv(out / "windows.csv") if w["phase"] not in ("warmup", "scout")]
+    rows = {(h["model"], h["system"], int(h["level"])): h for h in read_csv(out / "hindsight.csv")}
+    for name in meta["models"]:
+        for sysname in (x for x in meta["systems"] if issubclass(SYSTEM_CLASSES[x], Kneepoint)):
+            sent: dict[int, int] = {}
+            for w in windows:
+                if w["model"] == name and w["system"] == sysname:
+                    sent[int(w["level"])] = sent.get(int(w["level"]), 0) + int(w["sent"])
+            for lvl, n in sent.items():
+                h = rows.get((name, sysname, lvl))
+                if h is None:
+                    problems.append(f"{name}/{sysname}: level {lvl} has no hindsight")
+                elif int(h["requests"]) != n or float(h["traced_frac"]) != 1.0:
+                    problems.append(f"{name}/{sysname}: level {lvl}'s hindsight covers {h['requests']} requests, "
+                                    f"{float(h['traced_frac']):.3f} traced, of {n} sent")
+            if sent and "In hindsight" not in (out / "report.md").read_text():
+                problems.append("report.md has no hindsight paragraph")
+    return problems
+
+
 def smoke_check(out: Path, meta: dict) -> int:
     """`smoke_problems` of a finished smoke run, plus its report and plot."""
     problems = smoke_problems(read_csv(out / "windows.csv"), meta["systems"], meta["models"], meta["errors"])
@@ -1470,6 +1529,7 @@ def smoke_check(out: Path, meta: dict) -> int:
         got = [c["after"] for c in checks if c["model"] == name]
         if got != ["start"] + meta["systems"]:
             problems.append(f"{name}: drift guard checks {got}, expected start and one after each system")
+    problems += smoke_hindsight(out, meta)
     for p in problems:
         say(f"SMOKE FAILED: {p}")
     if not problems:

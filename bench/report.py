@@ -307,9 +307,67 @@ def model_markdown(m: dict) -> str:
             ratios.append(f"saturated, {me} / engine limit = **{peaks[me] / best['images_per_s']:.2f}**")
         if ratios:
             L += [f"Capacity ratios, kneepoint {how}: " + "; ".join(ratios) + ".", ""]
+    hs = hindsight_markdown(m)
+    if hs:
+        L += [hs, ""]
     if m.get("plot"):
         L += [f"![{m['model']}: latency percentiles vs offered load]({m['plot']})", ""]
     return "\n".join(L)
+
+
+# --- in hindsight --------------------------------------------------------------
+#
+# For kneepoint, bench.py keeps kp-if's request trace and its load
+# generator's per-request records, and hindsight.py puts beside each level
+# what a clairvoyant first-come-first-served server would have failed on the
+# same requests and kp-if's own engine times (levels' "hindsight"): whether
+# a level was lost to kneepoint's policy or to the engine's speed then.
+
+
+SEARCH = ("sweep", "down", "refine", "confirm")
+
+
+def hindsight_levels(s: dict) -> tuple[dict | None, dict | None]:
+    """A system's capacity level and the lowest search level above it
+    that missed the SLO (either None)."""
+    cap = s.get("capacity")
+    above = [lv for lv in s.get("levels", []) if lv.get("phase") in SEARCH and not lv["meets_slo"]
+             and (cap is None or lv["offered_rps"] > cap["offered_rps"])]
+    return cap, (min(above, key=lambda lv: lv["offered_rps"]) if above else None)
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{100 * x:.2f}%"
+
+
+def hindsight_markdown(m: dict) -> str:
+    """The run's "in hindsight" paragraph ("" when no kneepoint level has
+    hindsight)."""
+    parts = []
+    for s in m["systems"]:
+        if s["system"] not in KNEEPOINTS or s.get("error"):
+            continue
+        said, engine = [], []
+        for what, lv in zip(("at its capacity", "at the lowest rate above it that missed"), hindsight_levels(s)):
+            h = (lv or {}).get("hindsight")
+            if not h:
+                continue
+            said.append(f"{what} ({_f(lv['offered_rps'], 1)} req/s offered) it failed {_pct(h['missed_frac'])} "
+                        f"(refused {_pct(h['refused_frac'])}), the clairvoyant server {_pct(h['hindsight_missed_frac'])}")
+            if h.get("engine_ms_p50") is not None:
+                spans = (f", its 5-s spans {_f(h['engine_ms_span_lo'], 1)}–{_f(h['engine_ms_span_hi'], 1)} ms"
+                         if h.get("engine_ms_span_lo") is not None else "")
+                engine.append(f"{_f(h['engine_ms_p50'], 2)} ms median{spans}")
+        if said:
+            parts.append(f"{NAMES[s['system']]}: " + "; ".join(said)
+                         + (f" (kp-if's engine time per image at those levels: {' and '.join(engine)})" if engine else ""))
+    if not parts:
+        return ""
+    return ("In hindsight (bench/hindsight.py, from kp-if's request trace and its load generator's records: "
+            "a clairvoyant first-come-first-served server on the same requests, each taking the engine time "
+            "kp-if measured at that moment, admitting exactly what it answers within the SLO — a yardstick "
+            "from the run's own data, not another server measured; failed: refused or answered past the SLO): "
+            + "; ".join(parts) + ".")
 
 
 # --- SVG --------------------------------------------------------------------
