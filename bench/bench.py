@@ -66,7 +66,9 @@ reported with its error and the rest still runs.
 
 Outputs: BENCH_OUT (target/bench/peers): meta.json, engine.csv,
 engine_checks.csv (the drift guard), windows.csv (every window),
-levels.csv, summary.csv, summary.json, report.md, logs/; plots
+levels.csv, hindsight.csv (kneepoint's levels in hindsight: hindsight.py,
+from kp-if's --trace and kp-client's --record files in logs/),
+summary.csv, summary.json, report.md, logs/; plots
 BENCH_DOCS (docs/bench)/peers-<model>.svg; and the section between the
 bench-peers markers of docs/PERFORMANCE.md is replaced by report.md
 (BENCH_UPDATE_DOCS=0 to leave it). With BENCH_ARCHIVE=DIR a
