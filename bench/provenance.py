@@ -78,6 +78,7 @@ OWNERS: tuple[tuple[str, str], ...] = (
     ("bench/capacity_search.py", "bench-peers"),
     ("bench/engine_limit.py", "bench-peers"),
     ("bench/schedule_bound.py", "bench-peers"),
+    ("bench/hindsight.py", "bench-peers"),
     ("bench/peers/*", "bench-peers"),
     ("bench/gpu-check/*", "gpu-.+"),
     ("scripts/gpu[-_]*", "gpu-.+"),
