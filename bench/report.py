@@ -324,16 +324,14 @@ def model_markdown(m: dict) -> str:
 # a level was lost to kneepoint's policy or to the engine's speed then.
 
 
-SEARCH = ("sweep", "down", "refine", "confirm")
-
-
 def hindsight_levels(s: dict) -> tuple[dict | None, dict | None]:
-    """A system's capacity level and the lowest search level above it
-    that missed the SLO (either None)."""
-    cap = s.get("capacity")
-    above = [lv for lv in s.get("levels", []) if lv.get("phase") in SEARCH and not lv["meets_slo"]
-             and (cap is None or lv["offered_rps"] > cap["offered_rps"])]
-    return cap, (min(above, key=lambda lv: lv["offered_rps"]) if above else None)
+    """A system's capacity level and the level at the upper end of its
+    bracket, the lowest rate above the capacity that missed the SLO
+    (either None)."""
+    hi = (s.get("bracket") or [None, None])[1]
+    miss = next((lv for lv in s.get("levels", []) if hi is not None and lv["offered_rps"] == hi
+                 and not lv["meets_slo"]), None)
+    return s.get("capacity"), miss
 
 
 def _pct(x) -> str:

@@ -146,7 +146,7 @@ class Markdown(unittest.TestCase):
         miss = self.level(45.5, False, h=h(0.0266, 0.021))
         far = self.level(60.0, False, h=h(0.05, 0.04))
         peak = self.level(200.0, False, phase="peak", h=h(0.3, 0.3))
-        s = {"system": "kneepoint", "capacity": cap, "levels": [far, cap, miss, peak]}
+        s = {"system": "kneepoint", "capacity": cap, "levels": [far, cap, miss, peak], "bracket": [45.0, 45.5]}
         self.assertEqual(report.hindsight_levels(s), (cap, miss))
         md = report.hindsight_markdown({"systems": [s, {"system": "triton", "capacity": None, "levels": []}]})
         self.assertIn("at its capacity (45.0 req/s offered) it failed 0.10% (refused 0.05%), "
