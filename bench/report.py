@@ -353,8 +353,10 @@ def hindsight_markdown(m: dict) -> str:
             said.append(f"{what} ({_f(lv['offered_rps'], 1)} req/s offered) it failed {_pct(h['missed_frac'])} "
                         f"(refused {_pct(h['refused_frac'])}), the clairvoyant server {_pct(h['hindsight_missed_frac'])}")
             if h.get("engine_ms_p50") is not None:
-                spans = (f", its 5-s spans {_f(h['engine_ms_span_lo'], 1)}–{_f(h['engine_ms_span_hi'], 1)} ms"
-                         if h.get("engine_ms_span_lo") is not None else "")
+                lo, hi = h.get("engine_ms_span_lo"), h.get("engine_ms_span_hi")
+                spans = ("" if lo is None
+                         else f", its 5-s spans {_f(lo, 1)}–{_f(hi, 1)} ms" if _f(lo, 1) != _f(hi, 1)
+                         else f", its 5-s spans all {_f(lo, 1)} ms")
                 engine.append(f"{_f(h['engine_ms_p50'], 2)} ms median{spans}")
         if said:
             parts.append(f"{NAMES[s['system']]}: " + "; ".join(said)

@@ -155,6 +155,15 @@ class Markdown(unittest.TestCase):
         self.assertIn("5-s spans 5.3–11.7 ms", md)
         self.assertNotIn("Triton", md)
 
+    def test_spans_of_one_value_are_not_a_range(self):
+        h = {"missed_frac": 0.001, "refused_frac": 0.0, "hindsight_missed_frac": 0.001, "traced_frac": 1.0,
+             "engine_ms_p50": 6.5, "engine_ms_span_lo": 6.52, "engine_ms_span_hi": 6.49}
+        cap = self.level(45.0, True, h=h)
+        md = report.hindsight_markdown({"systems": [{"system": "kneepoint", "capacity": cap, "levels": [cap],
+                                                     "bracket": [45.0, None]}]})
+        self.assertIn("its 5-s spans all 6.5 ms", md)
+        self.assertNotIn("6.5–6.5", md)
+
     def test_no_hindsight_no_paragraph(self):
         s = {"system": "kneepoint", "capacity": self.level(45.0, True), "levels": [self.level(45.0, True)]}
         self.assertEqual(report.hindsight_markdown({"systems": [s]}), "")
