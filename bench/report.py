@@ -338,6 +338,20 @@ def _pct(x) -> str:
     return "-" if x is None else f"{100 * x:.2f}%"
 
 
+def hindsight_windows(lv: dict, h: dict) -> str:
+    """What the hindsight of level LV covers, where it is not what the
+    level was judged on: hindsight.py reads every window of a level, the
+    level (aggregate) its last LAST_WINDOWS, so a level that ran a fourth
+    window because its first three disagreed has a hindsight over more
+    requests than its table row ("" where both cover the same)."""
+    requests, sent = h.get("requests"), lv.get("sent")
+    if requests is None or sent is None or int(requests) == int(sent):
+        return ""
+    return (f", over all {int(lv['windows'])} of the level's windows ({int(requests):,} requests; "
+            f"the level is judged on its last {min(int(lv['windows']), LAST_WINDOWS)}, {int(sent):,} requests, "
+            f"{_pct(lv['error_frac'])} of them failed)")
+
+
 def hindsight_markdown(m: dict) -> str:
     """The run's "in hindsight" paragraph ("" when no kneepoint level has
     hindsight)."""
@@ -351,7 +365,8 @@ def hindsight_markdown(m: dict) -> str:
             if not h:
                 continue
             said.append(f"{what} ({_f(lv['offered_rps'], 1)} req/s offered) it failed {_pct(h['missed_frac'])} "
-                        f"(refused {_pct(h['refused_frac'])}), the clairvoyant server {_pct(h['hindsight_missed_frac'])}")
+                        f"(refused {_pct(h['refused_frac'])}), the clairvoyant server {_pct(h['hindsight_missed_frac'])}"
+                        + hindsight_windows(lv, h))
             if h.get("engine_ms_p50") is not None:
                 lo, hi = h.get("engine_ms_span_lo"), h.get("engine_ms_span_hi")
                 spans = ("" if lo is None

@@ -164,6 +164,22 @@ class Markdown(unittest.TestCase):
         self.assertIn("its 5-s spans all 6.5 ms", md)
         self.assertNotIn("6.5–6.5", md)
 
+    def test_a_hindsight_over_more_windows_than_the_level_says_so(self):
+        # A level that ran a fourth window is judged on its last three;
+        # hindsight.py reads all four.
+        h = {"requests": 2713.0, "missed_frac": 0.0147, "refused_frac": 0.0129, "hindsight_missed_frac": 0.0118,
+             "traced_frac": 1.0, "engine_ms_p50": None}
+        cap = dict(self.level(49.1, True, h=h), windows=4, sent=2022, error_frac=0.0084)
+        md = report.hindsight_markdown({"systems": [{"system": "kneepoint-ic", "capacity": cap, "levels": [cap],
+                                                     "bracket": [49.1, None]}]})
+        self.assertIn("the clairvoyant server 1.18%, over all 4 of the level's windows (2,713 requests; "
+                      "the level is judged on its last 3, 2,022 requests, 0.84% of them failed)", md)
+        same = dict(cap, windows=3, sent=2713)
+        md = report.hindsight_markdown({"systems": [{"system": "kneepoint", "capacity": same, "levels": [same],
+                                                     "bracket": [49.1, None]}]})
+        self.assertIn("the clairvoyant server 1.18%", md)
+        self.assertNotIn("windows", md)
+
     def test_no_hindsight_no_paragraph(self):
         s = {"system": "kneepoint", "capacity": self.level(45.0, True), "levels": [self.level(45.0, True)]}
         self.assertEqual(report.hindsight_markdown({"systems": [s]}), "")
