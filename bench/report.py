@@ -344,11 +344,10 @@ def hindsight_windows(lv: dict, h: dict) -> str:
     level (aggregate) its last LAST_WINDOWS, so a level that ran a fourth
     window because its first three disagreed has a hindsight over more
     requests than its table row ("" where both cover the same)."""
-    requests, sent = h.get("requests"), lv.get("sent")
-    if requests is None or sent is None or int(requests) == int(sent):
+    if h.get("requests") is None or int(lv.get("windows", 0)) <= LAST_WINDOWS:
         return ""
-    return (f", over all {int(lv['windows'])} of the level's windows ({int(requests):,} requests; "
-            f"the level is judged on its last {min(int(lv['windows']), LAST_WINDOWS)}, {int(sent):,} requests, "
+    return (f", over all {int(lv['windows'])} of the level's windows ({int(h['requests']):,} requests; "
+            f"the level is judged on its last {LAST_WINDOWS}, {int(lv['sent']):,} requests, "
             f"{_pct(lv['error_frac'])} of them failed)")
 
 
