@@ -116,6 +116,28 @@ pub const WINDOW_AFTER_DEFAULT: Duration = Duration::from_micros(250);
 /// bench-if), and a poll of a millisecond saves a wake-up of tens of µs.
 pub const WINDOW_MAX: Duration = Duration::from_millis(1);
 
+/// Whether an idle inference thread keeps spinning on its core instead of
+/// following the back-off: for `window` after its last batch ended
+/// (`last_batch_end_ns`, `None` before the first batch: a shadow that
+/// never ran one, or an IF before its traffic, dozes as before).
+///
+/// A batch that follows the thread's sleep runs slower than one that
+/// follows a spin: the engine alone, squeezenet batch 1 on the AMD VM,
+/// took 28.7–31.3 ms after 50 ms asleep against 21.0–21.4 ms after 50 ms
+/// spinning (21.7 back to back). Inside kp-if, in six alternated pairs at
+/// a quarter of its capacity, the engine's own time per batch was a
+/// median 11% above the engine alone with the thread dozing and 3%
+/// spinning (spreads overlapping: the VM drifts as much), and at one
+/// request outstanding a complete request's batch started 7–9 µs after
+/// it was complete rather than 58–71 µs (docs/PERFORMANCE-JOURNAL.md,
+/// 2 December, fourth). Spinning holds the
+/// inference core at 100% while traffic is recent, so it is for an IF
+/// whose inference cores are its own (`kp-if --inference-spin-ms`; 0, the
+/// default, never spins); after `window` without a batch it dozes again.
+pub fn spins_while_idle(window: Duration, last_batch_end_ns: Option<u64>, now_ns: u64) -> bool {
+    last_batch_end_ns.is_some_and(|end| u128::from(now_ns.saturating_sub(end)) < window.as_nanos())
+}
+
 /// What a poll loop does where the back-off says sleep, given when an
 /// inference function's answers are due ([`doze_before_answers`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -707,6 +729,26 @@ mod tests {
         let mut other = IdleBackoff::new(false);
         assert_eq!(other.after_poll(true), IdleAction::Poll);
         assert_eq!(*sleeps_us(&mut other, 8).last().unwrap(), 500);
+    }
+
+    #[test]
+    fn an_idle_inference_thread_spins_only_within_its_window_after_a_batch() {
+        let ms = |n: u64| n * 1_000_000;
+        let window = Duration::from_millis(100);
+        // Before its first batch it never spins (a parked shadow).
+        assert!(!spins_while_idle(window, None, ms(5)));
+        // Within the window after a batch it spins, at its end it dozes.
+        assert!(spins_while_idle(window, Some(ms(10)), ms(10)));
+        assert!(spins_while_idle(window, Some(ms(10)), ms(109)));
+        assert!(!spins_while_idle(window, Some(ms(10)), ms(110)));
+        assert!(!spins_while_idle(window, Some(ms(10)), ms(5_000)));
+        // A clock read before the batch's end (another thread's stamp)
+        // counts as no time passed.
+        assert!(spins_while_idle(window, Some(ms(10)), ms(9)));
+        // A zero window (the default) never spins.
+        assert!(!spins_while_idle(Duration::ZERO, Some(ms(10)), ms(10)));
+        // A window beyond u64 nanoseconds does not overflow.
+        assert!(spins_while_idle(Duration::MAX, Some(0), u64::MAX));
     }
 
     #[test]

@@ -70,7 +70,7 @@ use succession::{
     SPIN_ASSEMBLING, STANDBY_NAP,
 };
 
-use crate::backoff::{AnswerWindow, IdleAction, IdleBackoff};
+use crate::backoff::{spins_while_idle, AnswerWindow, IdleAction, IdleBackoff};
 use crate::batching::{BatchPolicy, BatchStats, Decision, ProvisioningReport};
 use crate::engine::{DeviceStats, Framework};
 use crate::pool::{self, InputLayout, SlotBuf};
@@ -115,6 +115,10 @@ pub struct RuntimeConfig {
     pub exit_when_idle: Option<Duration>,
     /// Never sleep when idle.
     pub busy_poll: bool,
+    /// How long the idle inference thread keeps spinning on its core after
+    /// its last batch before it dozes ([`crate::backoff::spins_while_idle`]);
+    /// zero never spins.
+    pub inference_spin: Duration,
     /// Period of the telemetry snapshots given to the publisher.
     pub telemetry_every: Duration,
     /// CPUs the inference thread is pinned to (the IF's share of cores);
@@ -272,6 +276,14 @@ pub fn serve(
         (Ok(mine), Some(theirs)) => mine.iter().any(|c| theirs.contains(c)),
         _ => true,
     };
+    if yield_on_handover && !cfg.inference_spin.is_zero() {
+        tracing::warn!(
+            "kp-if: the inference thread spins for {:?} after each batch on a core the fragment \
+             thread shares: it takes CPU the fragment thread needs (give the fragment thread \
+             another core, or --inference-spin-ms 0)",
+            cfg.inference_spin
+        );
+    }
 
     std::thread::scope(|s| {
         if let Some(publish) = publish {
@@ -991,7 +1003,8 @@ fn inference_loop<'p>(
                 telemetry.on_inference_cpu(kp_os::affinity::thread_cpu_ns() - cpu_base);
                 return std::mem::take(counters);
             }
-            idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE);
+            let spin = spins_while_idle(cfg.inference_spin, engine_free_since, now);
+            idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE, spin);
             continue;
         }
         arrivals.clear();
@@ -1049,7 +1062,8 @@ fn inference_loop<'p>(
                 continue;
             }
             Decision::Idle => {
-                idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE);
+                let spin = spins_while_idle(cfg.inference_spin, engine_free_since, now);
+                idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE, spin);
                 continue;
             }
         };
@@ -1280,8 +1294,19 @@ impl FragmentIdle {
 
 /// An idle poll of the inference thread: the back-off's spins first, then,
 /// where it would sleep by the clock, a doze on `bell` that the next
-/// completed request ends (or `longest`).
-fn idle_until_rung(backoff: &mut IdleBackoff, bell: Doorbell<'_>, rung: u64, longest: Duration) {
+/// completed request ends (or `longest`); while it `spin`s after its last
+/// batch (`--inference-spin-ms`), a pause and no back-off.
+fn idle_until_rung(
+    backoff: &mut IdleBackoff,
+    bell: Doorbell<'_>,
+    rung: u64,
+    longest: Duration,
+    spin: bool,
+) {
+    if spin {
+        std::hint::spin_loop();
+        return;
+    }
     match backoff.after_poll(false) {
         IdleAction::Poll => {}
         IdleAction::Pause => std::hint::spin_loop(),
