@@ -506,6 +506,18 @@ class Compare(unittest.TestCase):
         # Runs from before the fragment thread's CPU was recorded had it on kp-if's.
         self.assertEqual(bench_if.layout(run_summary("m", 1, None, 1, 1, 1, 1)["meta"]), "all on the inference core")
 
+    def test_the_header_says_when_the_inference_thread_spun(self):
+        meta = {"model": "squeezenet", "cpu": "AMD EPYC", "nproc": 2, "git": "abc1234",
+                "loadavg_at_start": ["0.1", "0.2", "0.3"], "threads": 1, "max_batch": 8, "slo_ms": 2000,
+                "cpus": {"if_manager": 0, "kp_if": 1, "kp_if_fragment_thread": 0, "client": 0}}
+        eng = {1: {"before": {"latency_ms": {"median": 5.0, "p99": 6.0}, "images_per_s_median": 200.0},
+                   "after": {"latency_ms": {"median": 5.1, "p99": 6.1}, "images_per_s_median": 196.1}}}
+        self.assertNotIn("spinning", bench_if.engine_table(meta, eng)[1])
+        # Runs from before the option have no such key; 0 is the default.
+        self.assertNotIn("spinning", bench_if.engine_table(dict(meta, inference_spin_ms=0), eng)[1])
+        self.assertIn("; the inference thread spinning 1000 ms after each batch (kp-if --inference-spin-ms).",
+                      bench_if.engine_table(dict(meta, inference_spin_ms=1000), eng)[1])
+
     def test_one_row_per_group_with_every_run_in_order(self):
         rows = bench_if.saturation_rows([
             ("new", [run_summary("squeezenet", 1, 0, 194.21, 1.714, 0.9951, 0.9787),

@@ -66,7 +66,10 @@
 # IFM_TIMER_SLACK_US (unset: the kernel's 50 µs; 1 gives the if-manager
 # --timer-slack-us 1, exact back-off sleeps),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
-# then spin on the cores the client and the engine need), PROFILE
+# then spin on the cores the client and the engine need),
+# INFERENCE_SPIN_MS (0; N gives kp-if --inference-spin-ms N: its inference
+# thread spins, instead of dozing, for N ms after each batch — as designed
+# only, KP_RX_CPU=0, where no other thread of the platform needs its core), PROFILE
 # (release), BENCH_IF_OUT (target/bench/if/MODEL, or MODEL-as-designed
 # when KP_RX_CPU is not IF_CPU: the run's folder, emptied first),
 # BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md becomes
@@ -114,6 +117,9 @@ esac
 threads=1
 busy=()
 [[ "${BUSY_POLL:-0}" == 1 ]] && busy=(--busy-poll)
+inference_spin_ms=${INFERENCE_SPIN_MS:-0}
+[[ $inference_spin_ms =~ ^[0-9]+$ ]] || { echo "bench-if: INFERENCE_SPIN_MS must be a whole number of ms" >&2; exit 1; }
+spin=(--inference-spin-ms "$inference_spin_ms")
 ifm_extra=()
 [[ -n "${IFM_TIMER_SLACK_US:-}" ]] && ifm_extra=(--timer-slack-us "$IFM_TIMER_SLACK_US")
 
@@ -251,7 +257,8 @@ engine_bench() {
   --engine-seconds "$engine_seconds" --max-batch "$max_batch" --concurrency "$concurrency" --slo-ms "$slo_ms" \
   --load-fraction "$load_fraction" --low-load-fraction "$low_load_fraction" --threads "$threads" --if-manager-cpu "$ifm_cpu" --kp-if-cpu "$if_cpu" --kp-rx-cpu "$kp_rx_cpu" \
   --client-cpu "$client_cpu" --client-policy "${CLIENT_POLICY:-idle}" \
-  --if-manager-timer-slack-us "${IFM_TIMER_SLACK_US:-}" --busy-poll "${BUSY_POLL:-0}" --tcpdump "$have_tcpdump"
+  --if-manager-timer-slack-us "${IFM_TIMER_SLACK_US:-}" --busy-poll "${BUSY_POLL:-0}" \
+  --inference-spin-ms "$inference_spin_ms" --tcpdump "$have_tcpdump"
 
 echo "bench-if: $model: load average $(cut -d' ' -f1-3 /proc/loadavg); results in $out" >&2
 echo "bench-if: [1/6] engine alone on CPU $if_cpu, batches 1..$max_batch, ${engine_seconds}s each" >&2
@@ -280,7 +287,7 @@ cores=()
 # growth below.
 trace=()
 "$bin/kp-if" --help | grep -q -- '--trace' && trace=(--trace "$out/trace.jsonl")
-ip netns exec "$PLATFORM_NS" "$bin/kp-if" "${busy[@]}" "${cores[@]}" "${trace[@]}" --model "$config" --control "$ctl" \
+ip netns exec "$PLATFORM_NS" "$bin/kp-if" "${busy[@]}" "${spin[@]}" "${cores[@]}" "${trace[@]}" --model "$config" --control "$ctl" \
   --slo-ms "$slo_ms" --threads "$threads" --max-batch "$max_batch" --stats-json "$out/kp-if.json" -- \
   --lcores "1@$kp_rx_cpu" --proc-type secondary --file-prefix "$prefix" --no-pci --no-telemetry \
   --log-level lib.eal:error >/dev/null 2>"$out/kp-if.log" &
