@@ -124,12 +124,12 @@ pub const WINDOW_MAX: Duration = Duration::from_millis(1);
 /// A batch that follows the thread's sleep runs slower than one that
 /// follows a spin: the engine alone, squeezenet batch 1 on the AMD VM,
 /// took 28.7–31.3 ms after 50 ms asleep against 21.0–21.4 ms after 50 ms
-/// spinning (21.7 back to back). Inside kp-if, in six alternated pairs at
-/// a quarter of its capacity, the engine's own time per batch was a
-/// median 11% above the engine alone with the thread dozing and 3%
+/// spinning (21.7 back to back). Inside kp-if, in eight alternated pairs
+/// at a quarter of its capacity, the engine's own time per batch was a
+/// median 15% above the engine alone with the thread dozing and 3%
 /// spinning (spreads overlapping: the VM drifts as much), and at one
-/// request outstanding a complete request's batch started 7–9 µs after
-/// it was complete rather than 58–71 µs (docs/PERFORMANCE-JOURNAL.md,
+/// request outstanding a complete request's batch started 7–10 µs after
+/// it was complete rather than 58–83 µs (docs/PERFORMANCE-JOURNAL.md,
 /// 2 December, fourth). Spinning holds the
 /// inference core at 100% while traffic is recent, so it is for an IF
 /// whose inference cores are its own (`kp-if --inference-spin-ms`; 0, the
