@@ -119,7 +119,10 @@ busy=()
 [[ "${BUSY_POLL:-0}" == 1 ]] && busy=(--busy-poll)
 inference_spin_ms=${INFERENCE_SPIN_MS:-0}
 [[ $inference_spin_ms =~ ^[0-9]+$ ]] || { echo "bench-if: INFERENCE_SPIN_MS must be a whole number of ms" >&2; exit 1; }
-spin=(--inference-spin-ms "$inference_spin_ms")
+# Given only when set, as --busy-poll is: binaries from before the option
+# (PROFILE=... of an older build, alternated with this one) still run.
+spin=()
+((10#$inference_spin_ms > 0)) && spin=(--inference-spin-ms "$inference_spin_ms")
 ifm_extra=()
 [[ -n "${IFM_TIMER_SLACK_US:-}" ]] && ifm_extra=(--timer-slack-us "$IFM_TIMER_SLACK_US")
 

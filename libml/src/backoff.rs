@@ -130,12 +130,12 @@ pub const WINDOW_MAX: Duration = Duration::from_millis(1);
 /// spinning (spreads overlapping: the VM drifts as much), and at one
 /// request outstanding a complete request's batch started 7–10 µs after
 /// it was complete rather than 58–83 µs (docs/PERFORMANCE-JOURNAL.md,
-/// 2 December, fourth). Spinning holds the
-/// inference core at 100% while traffic is recent, so it is for an IF
-/// whose inference cores are its own (`kp-if --inference-spin-ms`; 0, the
-/// default, never spins); after `window` without a batch it dozes again.
+/// 2 December, fourth). Spinning holds the inference core at 100% while
+/// traffic is recent, so it is for an IF whose inference cores are its
+/// own (`kp-if --inference-spin-ms`; 0, the default, never spins); after
+/// `window` without a batch it dozes again.
 pub fn spins_while_idle(window: Duration, last_batch_end_ns: Option<u64>, now_ns: u64) -> bool {
-    last_batch_end_ns.is_some_and(|end| u128::from(now_ns.saturating_sub(end)) < window.as_nanos())
+    last_batch_end_ns.is_some_and(|end| Duration::from_nanos(now_ns.saturating_sub(end)) < window)
 }
 
 /// What a poll loop does where the back-off says sleep, given when an
