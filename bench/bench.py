@@ -124,6 +124,9 @@ Environment (defaults for a full run; --smoke has tiny ones):
   BENCH_PEAK (1.2: a last level at this fraction of the engine limit, for
     each system's saturated goodput; 0 skips it)
   BENCH_CONNECTIONS (64: kp-http-load) BENCH_KP_BUSY_POLL (0)
+  BENCH_KP_INFERENCE_SPIN_MS (0: kp-if --inference-spin-ms, the inference
+    thread spins this long after each batch instead of dozing; it keeps
+    the worker core busy while idle, the peers' does not)
   BENCH_KP_RX_CPU (BENCH_FRONT_CPU) BENCH_KP_FRAMECNT (8192: frames in the
     kernel's receive ring of the af_packet socket; DPDK's default is 512)
   BENCH_INSTALL_PEERS (1) BENCH_UPDATE_DOCS (1)
@@ -306,6 +309,9 @@ class Settings:
         self.peak = env("BENCH_PEAK", S(1.2, 0.0), float)
         self.connections = env("BENCH_CONNECTIONS", S(64, 8), int)
         self.busy_poll = env("BENCH_KP_BUSY_POLL", 0, int) == 1
+        self.kp_inference_spin_ms = env("BENCH_KP_INFERENCE_SPIN_MS", 0, int)
+        if self.kp_inference_spin_ms < 0:
+            raise SystemExit("bench: BENCH_KP_INFERENCE_SPIN_MS must be >= 0")
         # kp-if's fragment loop (its EAL lcore: reassembly into the input
         # slots) runs with the network side, like the peers' HTTP threads;
         # its engine and inference thread on the worker core (--cores).
@@ -463,6 +469,19 @@ class System:
                 "--seed", str(seed), "--json"]
 
 
+def kp_spin_ms(s: "Settings") -> int:
+    """BENCH_KP_INFERENCE_SPIN_MS of these settings (0 in runs recorded
+    before it existed)."""
+    return getattr(s, "kp_inference_spin_ms", 0)
+
+
+def kp_spin_args(s: "Settings") -> list[str]:
+    """kp-if's --inference-spin-ms, passed only when set (an older kp-if,
+    PROFILE=..., does not know it)."""
+    ms = kp_spin_ms(s)
+    return ["--inference-spin-ms", str(ms)] if ms > 0 else []
+
+
 def bin_path(name: str) -> Path:
     return REPO / "target" / os.environ.get("PROFILE", "release") / name
 
@@ -485,6 +504,7 @@ class Kneepoint(System):
         self.netf = dict(l.split("=", 1) for l in out.stdout.split() if "=" in l)
         ctl = f"ipc://{self.out / f'ifm-{tag}.sock'}"
         busy = ["--busy-poll"] if s.busy_poll else []
+        spin = kp_spin_args(s)
         eal = ["--file-prefix", self.prefix, "--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"]
         self.ifm_log, self.if_log = self.log("if-manager"), self.log("kp-if")
         self.ifm = subprocess.Popen(
@@ -497,7 +517,7 @@ class Kneepoint(System):
             ["ip", "netns", "exec", self.netf["PLATFORM_NS"], str(bin_path("kp-if")), *busy,
              "--model", str(m["config"]), "--control", ctl, "--slo-ms", f"{m['slo_ms']:g}",
              "--threads", str(s.threads), "--max-batch", str(s.max_batch), "--cores", str(s.worker_cpu),
-             "--convert-on", self.convert_on, "--trace", str(self.trace_path()),
+             "--convert-on", self.convert_on, "--trace", str(self.trace_path()), *spin,
              "--", "--lcores", f"1@{s.kp_rx_cpu}", "--proc-type", "secondary", *eal],
             stdout=open(self.log("kp-if-report"), "w"), stderr=open(self.if_log, "w"))
         wait_for_line(self.if_log, "kp-if: ready", self.kpif, "kp-if", 120)
@@ -505,6 +525,7 @@ class Kneepoint(System):
         self.workers = {self.kpif.pid}
         self.version = {"kneepoint": host.git_head(str(REPO)), "dpdk_pmd": f"net_af_packet (veth, framecnt={s.kp_framecnt})",
                         "busy_poll": s.busy_poll, "fragment_loop_cpu": s.kp_rx_cpu,
+                        "inference_spin_ms": kp_spin_ms(s),
                         "convert_on": self.convert_on}
 
     def client(self, rate, seconds, seed, first_id, timeout_s):
@@ -1128,7 +1149,10 @@ def header_markdown(meta: dict, s: Settings) -> str:
          f"also converts the u8 image to f32 / the Ray Serve replica, likewise / the engine limit) on CPU "
          f"{s.worker_cpu}; the load generator and each system's network side (the if-manager and kp-if's "
          f"fragment loop on CPU {s.kp_rx_cpu}, which converts while it reassembles / tritonserver's HTTP threads "
-         f"and batcher / Ray's proxy, raylet, GCS, controller) on CPU {s.front_cpu}.",
+         f"and batcher / Ray's proxy, raylet, GCS, controller) on CPU {s.front_cpu}."
+         + (f" kp-if's inference thread spins {kp_spin_ms(s)} ms after each batch instead of dozing "
+            f"(BENCH_KP_INFERENCE_SPIN_MS: kp-if --inference-spin-ms), so it keeps CPU {s.worker_cpu} busy while "
+            "idle; the peers' model processes sleep there." if kp_spin_ms(s) else ""),
          batching_markdown(meta, s),
          "- **Shedding**: " + ("every system may refuse what cannot meet the SLO: kneepoint answers OVERLOADED; "
                                + ("Triton's dynamic batcher has a default_queue_policy that REJECTs a request queued "

@@ -183,6 +183,33 @@ class PeerShedding(unittest.TestCase):
             settings_with("BENCH_TRITON_QUEUE_POLICY", "drop")
 
 
+class InferenceSpin(unittest.TestCase):
+    """BENCH_KP_INFERENCE_SPIN_MS: kneepoint's inference thread spins
+    after each batch; the method says so, and kp-if gets the flag only
+    when it is set."""
+
+    def test_unset_means_no_flag_and_no_word(self):
+        s = settings_with("BENCH_KP_INFERENCE_SPIN_MS", None)
+        self.assertEqual(bench.kp_spin_args(s), [])
+        self.assertNotIn("spins", bench.header_markdown(StartBrackets.meta(), s))
+
+    def test_set_passes_the_flag_and_the_method_names_the_busy_core(self):
+        s = settings_with("BENCH_KP_INFERENCE_SPIN_MS", "1000")
+        self.assertEqual(bench.kp_spin_args(s), ["--inference-spin-ms", "1000"])
+        text = bench.header_markdown(StartBrackets.meta(), s)
+        self.assertIn("spins 1000 ms after each batch", text)
+        self.assertIn(f"keeps CPU {s.worker_cpu} busy while idle", text)
+
+    def test_a_run_recorded_before_the_option_reads_as_dozing(self):
+        d = bench.Settings(smoke=False).as_dict()
+        d.pop("kp_inference_spin_ms")
+        self.assertEqual(bench.kp_spin_args(bench.Settings.recorded(d)), [])
+
+    def test_refuses_a_negative_window(self):
+        with self.assertRaises(SystemExit):
+            settings_with("BENCH_KP_INFERENCE_SPIN_MS", "-1")
+
+
 class Combine(unittest.TestCase):
     """`bench.py --combine`: runs of a repeat made a model at a time
     (rep-K/<model>/) are combined with runs of both (rep-K/)."""
@@ -237,10 +264,6 @@ class Combine(unittest.TestCase):
         self.assertIn("### The last run of resnet50 (rep-2/resnet50) in detail\n\nreport of r2r", md)
 
 
-if __name__ == "__main__":
-    unittest.main()
-
-
 class StartBrackets(unittest.TestCase):
     """BENCH_START: where a system's full levels start instead of scouts."""
 
@@ -290,3 +313,7 @@ class StartBrackets(unittest.TestCase):
              "batching": {}}
         m.update(extra or {})
         return m
+
+
+if __name__ == "__main__":
+    unittest.main()
