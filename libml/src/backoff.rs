@@ -133,7 +133,8 @@ pub const WINDOW_MAX: Duration = Duration::from_millis(1);
 /// 2 December, fourth). Spinning holds the inference core at 100% while
 /// traffic is recent, so it is for an IF whose inference cores are its
 /// own (`kp-if --inference-spin-ms`; 0, the default, never spins); after
-/// `window` without a batch it dozes again.
+/// `window` without a batch it dozes again, and so does an IF draining to
+/// its successor (libml's inference loop).
 pub fn spins_while_idle(window: Duration, last_batch_end_ns: Option<u64>, now_ns: u64) -> bool {
     last_batch_end_ns.is_some_and(|end| Duration::from_nanos(now_ns.saturating_sub(end)) < window)
 }

@@ -1003,7 +1003,10 @@ fn inference_loop<'p>(
                 telemetry.on_inference_cpu(kp_os::affinity::thread_cpu_ns() - cpu_base);
                 return std::mem::take(counters);
             }
-            let spin = spins_while_idle(cfg.inference_spin, engine_free_since, now);
+            // Draining (its ring yielded to a successor, which may run on
+            // the same cores): doze.
+            let spin = mode.get() != Mode::Draining
+                && spins_while_idle(cfg.inference_spin, engine_free_since, now);
             idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE, spin);
             continue;
         }
@@ -1062,7 +1065,8 @@ fn inference_loop<'p>(
                 continue;
             }
             Decision::Idle => {
-                let spin = spins_while_idle(cfg.inference_spin, engine_free_since, now);
+                let spin = mode.get() != Mode::Draining
+                    && spins_while_idle(cfg.inference_spin, engine_free_since, now);
                 idle_until_rung(&mut backoff, bell, rung, INFERENCE_DOZE, spin);
                 continue;
             }
