@@ -40,6 +40,9 @@ use serde_json::{json, Value};
 /// `ready` (`already_ready`) when its predecessor died without a goodbye.
 const PLATFORM: &str = r#"metrics_listen = "127.0.0.1:0""#;
 
+/// `platform.inference_spin_ms` of the restart test's platform.
+const SPIN_MS: u64 = 500;
+
 /// Requests each kp-client keeps outstanding.
 const CONCURRENCY: u64 = 2;
 
@@ -176,7 +179,11 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
     let dir = Scratch::new("orchestrator-restart");
     let prefix = file_prefix("orchestrator-restart");
     let config = dir.path("platform.toml");
-    write_config(&config, &net, &prefix, &[(1, "squeezenet")], PLATFORM)?;
+    // The design's layout: the IF's fragment thread on the network side's
+    // core (the if-manager's), its engine alone on core 1, where it spins.
+    let platform =
+        format!("{PLATFORM}\ncores = \"1\"\nfragment_cores = \"0\"\ninference_spin_ms = {SPIN_MS}");
+    write_config(&config, &net, &prefix, &[(1, "squeezenet")], &platform)?;
     let runtime = dir.path("run");
     let endpoint = format!("ipc://{}", runtime.join("orchestrator.sock").display());
     // The if-manager's control socket (the orchestrator's runtime folder).
@@ -185,6 +192,23 @@ fn a_dead_if_manager_and_a_dead_orchestrator_are_recovered_from() -> Result<()> 
     let mut first = Orchestrator::start(&config, &runtime)?;
     let result = (|| -> Result<Vec<u32>> {
         let s = wait_for(&endpoint, "if 1 active", |s| all_active(s, 1))?;
+        let pid = row(&s, 1)?["pid"].as_u64().context("kp-if pid")?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline"))?;
+        let args: Vec<String> = cmdline
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let after = |flag: &str| {
+            args.iter()
+                .position(|a| a == flag)
+                .map(|i| args[i + 1].clone())
+        };
+        ensure!(
+            after("--cores").as_deref() == Some("1")
+                && after("--inference-spin-ms") == Some(SPIN_MS.to_string())
+                && after("--lcores").is_some_and(|l| l.ends_with("@(0)")),
+            "kp-if not in the design's layout: {args:?}"
+        );
         another_user_is_refused(&endpoint)?;
         // The if-manager dies: the platform comes back by itself.
         let ifm = s["platform"]["if_manager_pid"]

@@ -46,6 +46,18 @@ pub struct Platform {
     /// Cores IFs may run on, as a CPU list (`0-3,6`; default: every core
     /// this process may use).
     pub cores: Option<String>,
+    /// Cores the IFs' fragment threads run on (each IF's EAL lcore: it
+    /// reassembles requests into the input pool and, for image models,
+    /// converts them), as a CPU list. Default: each IF's own cores, beside
+    /// its engine. The network side's cores (the if-manager's) leave an
+    /// IF's share to its engine alone, the design's layout, and
+    /// `inference_spin_ms` needs them.
+    pub fragment_cores: Option<String>,
+    /// `kp-if --inference-spin-ms` of IFs whose cores are their own (no
+    /// other IF's and none of `fragment_cores`): the idle inference thread
+    /// spins this long after each batch instead of dozing, lower latency
+    /// at low load for a core kept busy while traffic is recent. 0: never.
+    pub inference_spin_ms: u64,
     /// Run GSLICE's self-tuning loop (Algorithm 1 + max-min allocation).
     pub tuning: bool,
     /// How often the loop looks at telemetry, ms.
@@ -90,6 +102,8 @@ impl Default for Platform {
             control: None,
             allow_remote_control: false,
             cores: None,
+            fragment_cores: None,
+            inference_spin_ms: 0,
             tuning: true,
             tuning_period_ms: 1000,
             hold_down_s: 10.0,
@@ -237,6 +251,25 @@ impl PlatformConfig {
         if p.capacity == 0 {
             return Err("platform.capacity must be > 0".into());
         }
+        if let Some(list) = &p.fragment_cores {
+            match kp_os::affinity::parse_cpu_list(list) {
+                Ok(cpus) if !cpus.is_empty() => {}
+                Ok(_) => return Err(format!("platform.fragment_cores {list:?} names no CPU")),
+                Err(e) => return Err(format!("platform.fragment_cores: {e}")),
+            }
+        }
+        if p.inference_spin_ms > MAX_INFERENCE_SPIN_MS {
+            return Err(format!(
+                "platform.inference_spin_ms must be at most {MAX_INFERENCE_SPIN_MS}"
+            ));
+        }
+        if p.inference_spin_ms > 0 && p.fragment_cores.is_none() {
+            return Err(
+                "platform.inference_spin_ms needs platform.fragment_cores: on the IF's own \
+                        cores its spinning inference thread would take the fragment thread's CPU"
+                    .into(),
+            );
+        }
         if self.if_manager.eal.is_empty() {
             return Err("if_manager.eal is empty: give at least --lcores and a --vdev".into());
         }
@@ -249,6 +282,10 @@ impl PlatformConfig {
         Ok(())
     }
 }
+
+/// The longest `platform.inference_spin_ms` taken: a minute (past that a
+/// spinning thread is a busy-polling one; kp-if --busy-poll is that).
+pub const MAX_INFERENCE_SPIN_MS: u64 = 60_000;
 
 fn absolute(base: &Path, p: &Path) -> PathBuf {
     if p.is_absolute() {
@@ -275,6 +312,34 @@ mod tests {
         )
         .unwrap();
         assert!(twice.validate().unwrap_err().contains("twice"));
+    }
+
+    #[test]
+    fn fragment_cores_and_spinning_are_checked() {
+        let parse = |platform: &str| -> PlatformConfig {
+            toml::from_str(&format!(
+                "[platform]\n{platform}\n[if_manager]\neal = [\"x\"]\n"
+            ))
+            .unwrap()
+        };
+        let cfg = parse("");
+        assert_eq!(cfg.platform.fragment_cores, None);
+        assert_eq!(cfg.platform.inference_spin_ms, 0);
+        assert!(parse("fragment_cores = \"0\"\ninference_spin_ms = 1000")
+            .validate()
+            .is_ok());
+        let err = parse("inference_spin_ms = 1000").validate().unwrap_err();
+        assert!(err.contains("needs platform.fragment_cores"), "{err}");
+        let err = parse("fragment_cores = \"0\"\ninference_spin_ms = 60001")
+            .validate()
+            .unwrap_err();
+        assert!(err.contains("at most 60000"), "{err}");
+        for bad in ["\"\"", "\"a-b\"", "\"3-1\""] {
+            let err = parse(&format!("fragment_cores = {bad}"))
+                .validate()
+                .unwrap_err();
+            assert!(err.contains("platform.fragment_cores"), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -138,6 +138,9 @@ pub struct Daemon {
     /// Per deployed IF (until it is unregistered).
     telemetry_of: BTreeMap<u16, IfTelemetry>,
     cores: Vec<usize>,
+    /// Where the IFs' fragment threads run (`platform.fragment_cores`;
+    /// `None`: on each IF's own cores).
+    fragment_cores: Option<Vec<usize>>,
     /// An NVIDIA GPU is present.
     gpu: bool,
     /// The MPS control daemon, as found when the first GPU IF started.
@@ -210,6 +213,10 @@ impl Daemon {
             );
         }
         let cores = topology.cores_near_nic(&nic);
+        let fragment_cores = match &cfg.platform.fragment_cores {
+            Some(list) => Some(kp_os::affinity::parse_cpu_list(list)?),
+            None => None,
+        };
         let topology_summary = topology.summary(&nic);
         let gpu = crate::gpu::gpu_present();
         if gpu {
@@ -259,6 +266,7 @@ impl Daemon {
             procs: BTreeMap::new(),
             telemetry_of: BTreeMap::new(),
             cores,
+            fragment_cores,
             gpu,
             mps: None,
             allocator: ShareAllocator::new(AllocConfig {
@@ -727,6 +735,35 @@ impl Daemon {
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join(",");
+        // The fragment thread (the EAL lcore) on the network side's cores
+        // where the config names them, else beside the engine.
+        let lcore_cpus = self.fragment_cores.as_deref().map_or_else(
+            || cpu_list.clone(),
+            |c| {
+                c.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            },
+        );
+        let others: Vec<Vec<usize>> = self
+            .state
+            .ifs()
+            .filter(|d| d.if_id != if_id)
+            .map(|d| spec_for(&self.state, &self.cores, d).cores)
+            .collect();
+        let spin_ms = inference_spin_for(
+            self.cfg.platform.inference_spin_ms,
+            &spec.cores,
+            self.fragment_cores.as_deref().unwrap_or(&spec.cores),
+            &others,
+        );
+        if spin_ms == 0 && self.cfg.platform.inference_spin_ms > 0 {
+            tracing::info!(
+                "orchestrator: IF {if_id} dozes when idle (no --inference-spin-ms): its cores {:?} are not its own",
+                spec.cores
+            );
+        }
         let mut cmd = Command::new(&spec.binary);
         cmd.arg("--model")
             .arg(&config)
@@ -742,6 +779,9 @@ impl Daemon {
                 "--reassembly-timeout-ms",
                 &self.cfg.platform.reassembly_timeout_ms.to_string(),
             ]);
+        if spin_ms > 0 {
+            cmd.args(["--inference-spin-ms", &spin_ms.to_string()]);
+        }
         let mut role = ReadyRole::Serving;
         if standby {
             cmd.arg("--standby");
@@ -752,7 +792,7 @@ impl Daemon {
         cmd.arg("--")
             .args(["--proc-type", "secondary"])
             .args(["--file-prefix", &self.cfg.if_manager.file_prefix])
-            .args(["--lcores", &format!("{lcore}@({cpu_list})")])
+            .args(["--lcores", &format!("{lcore}@({lcore_cpus})")])
             .args(["--no-pci", "--no-telemetry", "--log-level", "lib.eal:error"])
             .args(driver_args(&self.cfg.if_manager.eal));
         // A GPU IF's share is its MPS percentage, set before its first CUDA
@@ -1227,6 +1267,25 @@ fn spec_for(state: &DesiredState, all_cores: &[usize], d: &DesiredIf) -> Spec {
     }
 }
 
+/// `kp-if --inference-spin-ms` for an IF on `cores` whose fragment thread
+/// runs on `fragment` while the other IFs run on `others`: `spin_ms` when
+/// those cores are its own (none shared with its fragment thread or
+/// another IF), else 0 — a spinning thread takes the CPU whoever shares
+/// its core needs.
+fn inference_spin_for(
+    spin_ms: u64,
+    cores: &[usize],
+    fragment: &[usize],
+    others: &[Vec<usize>],
+) -> u64 {
+    let shared = |set: &[usize]| set.iter().any(|c| cores.contains(c));
+    if spin_ms == 0 || shared(fragment) || others.iter().any(|o| shared(o)) {
+        0
+    } else {
+        spin_ms
+    }
+}
+
 /// Creates `dir` (and parents) readable by the owner only.
 fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
@@ -1412,6 +1471,18 @@ mod tests {
         assert!(driver_args(&["--lcores".into(), "0@0".into()]).is_empty());
         // A trailing -d without its path is the EAL's to refuse.
         assert!(driver_args(&["-d".into()]).is_empty());
+    }
+
+    #[test]
+    fn an_if_spins_only_on_cores_of_its_own() {
+        // Two IFs on cores 1 and 2-3, fragment threads on core 0.
+        assert_eq!(inference_spin_for(1000, &[1], &[0], &[vec![2, 3]]), 1000);
+        assert_eq!(inference_spin_for(0, &[1], &[0], &[vec![2, 3]]), 0);
+        // Its fragment thread beside its engine (no fragment_cores).
+        assert_eq!(inference_spin_for(1000, &[1], &[1], &[]), 0);
+        assert_eq!(inference_spin_for(1000, &[1, 2], &[2, 0], &[]), 0);
+        // More IFs than cores: they share all of them.
+        assert_eq!(inference_spin_for(1000, &[1, 2], &[0], &[vec![1, 2]]), 0);
     }
 
     #[test]
