@@ -105,7 +105,10 @@ bench: bench-platform bench-peers
 # packet rate, its idle CPU, the IF against its engine (squeezenet, then
 # resnet50 with longer phases and an SLO its saturated queue fits in; each
 # with all of kp-if on the inference core, then as designed, its fragment
-# thread on the network side's CPU), the batching policy against batches of 1,
+# thread on the network side's CPU; squeezenet again as designed with its
+# inference thread spinning between batches, kp-if --inference-spin-ms, where
+# waking and cold caches are a larger part of a batch than resnet50's),
+# the batching policy against batches of 1,
 # switchover gaps, self-tuning and switchovers as clients see them, the
 # Python client against kp-client, kp-gateway's own cost, and the criterion
 # benches of the packet classifier and the input conversion.
@@ -114,6 +117,7 @@ bench-platform: build models python
 	BENCH_UPDATE_DOCS=1 scripts/bench-idle.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-if.sh
 	BENCH_UPDATE_DOCS=1 KP_RX_CPU=0 scripts/bench-if.sh
+	BENCH_UPDATE_DOCS=1 KP_RX_CPU=0 INFERENCE_SPIN_MS=1000 scripts/bench-if.sh
 	BENCH_UPDATE_DOCS=1 MODEL=resnet50 DURATION=60 SLO_MS=5000 scripts/bench-if.sh
 	BENCH_UPDATE_DOCS=1 KP_RX_CPU=0 MODEL=resnet50 DURATION=60 SLO_MS=5000 scripts/bench-if.sh
 	BENCH_UPDATE_DOCS=1 scripts/bench-policy.sh

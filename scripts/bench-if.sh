@@ -71,10 +71,11 @@
 # thread spins, instead of dozing, for N ms after each batch — as designed
 # only, KP_RX_CPU=0, where no other thread of the platform needs its core), PROFILE
 # (release), BENCH_IF_OUT (target/bench/if/MODEL, or MODEL-as-designed
-# when KP_RX_CPU is not IF_CPU: the run's folder, emptied first),
+# when KP_RX_CPU is not IF_CPU, with -spinning after it when
+# INFERENCE_SPIN_MS is set: the run's folder, emptied first),
 # BENCH_UPDATE_DOCS (0; 1, as `make bench` sets it: summary.md becomes
-# docs/PERFORMANCE.md's generated section of this run, bench-if-MODEL or
-# bench-if-MODEL-as-designed),
+# docs/PERFORMANCE.md's generated section of this run, bench-if-RUN where
+# RUN is the folder's name),
 # PERF (0; 1: Debian's `perf record` samples kp-if, all its threads, for
 # the whole of the long run, from CPU 0 at idle priority: perf-long.data,
 # and perf-long.txt with its samples by thread and shared object and the
@@ -143,10 +144,12 @@ command -v tcpdump >/dev/null || { have_tcpdump=0; echo "bench-if: no tcpdump: p
 if_id=$(sed -n 's/^if_id *= *\([0-9]*\).*/\1/p' "$config")
 [[ -n "$if_id" ]] || die "no if_id in $config"
 
-# The run's name: the model, and "-as-designed" when the fragment thread
-# runs off the inference core (its folder and its section of the docs).
+# The run's name: the model, "-as-designed" when the fragment thread runs
+# off the inference core, and "-spinning" with INFERENCE_SPIN_MS (its
+# folder and its section of the docs).
 run_name=$model
 [[ $kp_rx_cpu == "$if_cpu" ]] || run_name=$model-as-designed
+((10#$inference_spin_ms > 0)) && run_name=$run_name-spinning
 out=${BENCH_IF_OUT:-$repo/target/bench/if/$run_name}
 rm -rf "$out"
 mkdir -p "$out"
@@ -379,8 +382,8 @@ machine engine-after-end
 
 # Analysis: everything the phases wrote -> summary.json, CSVs, summary.md.
 "$py" "$harness" analyse "$out"
-# docs/PERFORMANCE.md's generated section of this run (bench-if-MODEL, or
-# bench-if-MODEL-as-designed), with BENCH_UPDATE_DOCS=1 (make bench), its
+# docs/PERFORMANCE.md's generated section of this run (bench-if-RUN, RUN
+# as its folder is named), with BENCH_UPDATE_DOCS=1 (make bench), its
 # heading one level down.
 if [[ ${BENCH_UPDATE_DOCS:-0} == 1 ]]; then
   sed 's/^### /#### /' "$out/summary.md" >"$out/summary-docs.md"
