@@ -166,7 +166,9 @@ def markdown(summary: dict[str, Any], run_line: str, command: str, gateway: dict
     L = [f"#### kp-gateway's own cost ({run_line})", "",
          f"`{command}`: {n} round{'s' if n != 1 else ''} of {summary['duration_s']:g} s runs, open loop at "
          f"{summary['rate']:g} req/s for latency, the UDP capacity ({summary['concurrency']} outstanding) offered "
-         f"to both paths for capacity; model {summary['model']}.", "",
+         f"to both paths for capacity; model {summary['model']}"
+         + (f", kp-if's SLO {summary['slo_ms']:g} ms ({summary['slo_rule']})" if summary.get("slo_ms") else "")
+         + ".", "",
          f"| figure | median of {n} rounds (min–max) |", "|---|---|"]
     L += [f"| {what} | {cell(key, unit, nd)} |" for key, what, unit, nd in ROWS]
     # kp-gateway's exit report: {"client": {...}, "gateway": {"infer",
@@ -195,6 +197,8 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4, help="outstanding requests for capacity")
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per run")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--slo-ms", type=float, help="kp-if's SLO, for the report (bench_gateway.sh sets it)")
+    ap.add_argument("--slo-rule", default="", help="where that SLO came from, for the report")
     ap.add_argument("--out", help="write the summary JSON here too")
     ap.add_argument("--markdown", help="write the report (docs/PERFORMANCE.md's generated section) here")
     ap.add_argument("--repo", default=".", help="the checkout measured (its commit goes in the report)")
@@ -284,7 +288,7 @@ def main() -> None:
             "udp_capacity", "udp_ok_per_s", "http_ok_per_s", "capacity_ratio", "capacity_ratio_per_s"]
     summary = {
         "model": a.model, "rate": a.rate, "concurrency": a.concurrency, "duration_s": a.duration,
-        "rounds": len(rounds), "stopped": stopped,
+        "rounds": len(rounds), "stopped": stopped, "slo_ms": a.slo_ms, "slo_rule": a.slo_rule,
         **{k: spread([r[k] for r in rounds]) for k in keys},
         "per_round": rounds,
     }

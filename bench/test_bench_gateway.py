@@ -50,6 +50,12 @@ class Report(unittest.TestCase):
         self.assertIn("capacity kept ≥ 0.90: **not met** (0.850)", md)
         self.assertIn("The run stopped early: round 4: the closed loop got no OK answers.", md)
         self.assertNotIn("own time in its handler", md)  # no gateway report given
+        self.assertNotIn("SLO", md.split("| figure")[0])  # a summary from before the SLO was recorded
+
+    def test_the_slo_and_its_rule_are_named(self):
+        s = dict(summary(410.0, 0.97), slo_ms=44.4, slo_rule="4 x the engine's batch-1 median here")
+        md = bench_gateway.markdown(s, "now", "bench/bench_gateway.sh")
+        self.assertIn("model squeezenet, kp-if's SLO 44.4 ms (4 x the engine's batch-1 median here).", md)
 
     def test_render_reads_the_summary_and_the_gateways_last_line(self):
         with tempfile.TemporaryDirectory() as d:
