@@ -76,7 +76,7 @@ OWNERS: tuple[tuple[str, str], ...] = (
     ("bench/criterion_report.py", "bench-classify|bench-layout"),
     ("bench/bench.py", "bench-peers"),
     ("bench/capacity_search.py", "bench-peers"),
-    ("bench/engine_limit.py", "bench-peers"),
+    ("bench/engine_limit.py", "bench-peers|bench-gateway"),
     ("bench/schedule_bound.py", "bench-peers"),
     ("bench/hindsight.py", "bench-peers"),
     ("bench/peers/*", "bench-peers"),
