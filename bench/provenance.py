@@ -79,6 +79,8 @@ OWNERS: tuple[tuple[str, str], ...] = (
     ("bench/engine_limit.py", "bench-peers|bench-gateway"),
     ("bench/schedule_bound.py", "bench-peers"),
     ("bench/hindsight.py", "bench-peers"),
+    # The engine limit's model wrapper: bench-gateway's SLO runs it too.
+    ("bench/peers/kp_peer_model.py", "bench-peers|bench-gateway"),
     ("bench/peers/*", "bench-peers"),
     ("bench/gpu-check/*", "gpu-.+"),
     ("scripts/gpu[-_]*", "gpu-.+"),
