@@ -24,9 +24,11 @@ mkdir -p "$OUT"
 rm -f "$OUT/summary.json" "$OUT/gateway.md"
 bench_stop() { [[ -n ${GW:-} ]] && kill -TERM "$GW" 2>/dev/null && wait "$GW" 2>/dev/null; }
 # kp-if's SLO: the model's configured one, or 4 × the engine's batch-1
-# median measured here (on CPU 1, bench/engine_limit.py) if that is longer,
-# the side-by-side's rule: on a machine whose batch of one takes half the
-# configured SLO, the IF would shed nearly all the closed loop sends
+# median measured here (on CPU 1, bench/engine_limit.py) if that is longer
+# (the side-by-side's 4 × batch 1, bench.slo_from_engine, kept at least the
+# configured SLO, which the gateway's figures were first measured at): on
+# a machine whose batch of one takes half the configured SLO, the IF would
+# shed nearly all the closed loop sends
 # (seen on a 2-vCPU AMD VM: squeezenet 11 ms alone, 17–20 ms under load).
 # KP_IF_SLO_MS set: that, as given.
 if [[ -z ${KP_IF_SLO_MS:-} ]]; then
