@@ -130,8 +130,8 @@ bench-platform: build models python
 
 # BENCH_REPEATS runs (3), from K = BENCH_REPEAT_FROM (1), each model of
 # BENCH_MODELS (squeezenet,resnet50) on its own into
-# target/bench/peers/rep-K/<model>/ (on the 2-CPU VM about 45 minutes for
-# squeezenet; resnet50's levels of 2,000 requests take five minutes each,
+# target/bench/peers/rep-K/<model>/ (on the 2-CPU Intel VM about 30 minutes
+# for squeezenet; resnet50's levels of 2,000 requests take five minutes each,
 # and each system's capacity search is cut after BENCH_SEARCH_BUDGET_S, 30
 # min by default). Each run's summary.json (not its raw windows or logs) is
 # kept in the repository, in $(PEER_RUNS)/rep-K/<model>/, so that later
@@ -149,14 +149,24 @@ bench-platform: build models python
 # scouts, single windows of 300 requests, were optimistic by 10-25% and a
 # run resolved to 2% from them took ~2 h 50 min; from the brackets, ~2 h
 # (PERFORMANCE-JOURNAL.md, "30 November: resnet50 resolved to 2%").
+#
+# kneepoint runs as a latency-bound deployment would run it: kp-if's
+# inference thread spins for PEERS_KP_SPIN_MS (1000) after each batch
+# instead of dozing (kp-if --inference-spin-ms; the orchestrator's
+# platform.inference_spin_ms), keeping its core busy while idle, which the
+# report says beside its CPU per request; a doze before a batch made the
+# engine inside kp-if up to 1.35x slower than alone (PERFORMANCE-JOURNAL.md,
+# "2 December, fourth"). `PEERS_KP_SPIN_MS=` runs it dozing, as the series
+# of ea644ed in docs/bench/runs/peers-dozing/ did.
 PEER_RUNS := docs/bench/runs/peers
+PEERS_KP_SPIN_MS ?= 1000
 PEERS_RESNET50 ?= BENCH_SEARCH_BUDGET_S=3300 BENCH_MAX_WINDOWS=3 BENCH_POINTS=, \
 	BENCH_START=resnet50.kneepoint=5.9:6.7,resnet50.triton=5.2:5.9,resnet50.ray=3.7:4.4
 bench-peers: build models
 	@set -e; for k in $$(seq $${BENCH_REPEAT_FROM:-1} $${BENCH_REPEATS:-3}); do \
 	  for m in $$(echo "$${BENCH_MODELS:-squeezenet,resnet50}" | tr , ' '); do \
 	    extra=; if [ $$m = resnet50 ]; then extra="$(PEERS_RESNET50)"; fi; \
-	    env $$extra BENCH_MODELS=$$m BENCH_OUT=target/bench/peers/rep-$$k/$$m BENCH_UPDATE_DOCS=0 \
+	    env $$extra BENCH_KP_INFERENCE_SPIN_MS=$(PEERS_KP_SPIN_MS) BENCH_MODELS=$$m BENCH_OUT=target/bench/peers/rep-$$k/$$m BENCH_UPDATE_DOCS=0 \
 	      BENCH_ARCHIVE=$(PEER_RUNS)/rep-$$k/$$m $(PYTHON) bench/bench.py; \
 	  done; \
 	done
