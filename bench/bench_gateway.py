@@ -185,6 +185,13 @@ def markdown(summary: dict[str, Any], run_line: str, command: str, gateway: dict
     return "\n".join(L) + "\n"
 
 
+def stop_at(i: int, why: str) -> str:
+    """What the summary's "stopped" says of round I, said now too."""
+    stopped = f"round {i + 1}: {why}"
+    print(f"bench_gateway.py: stopping at {stopped}", flush=True)
+    return stopped
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--addr", help="the platform, IP:PORT (required to run)")
@@ -226,16 +233,14 @@ def main() -> None:
             # Seen on the shared 2-core machine after an overload: kp-if
             # answers every request OVERLOADED and does not recover. Keep
             # the rounds done, say so.
-            stopped = f"round {i + 1}: the closed loop got no OK answers: {closed}"
-            print(f"bench_gateway.py: stopping at {stopped}", flush=True)
+            stopped = stop_at(i, f"the closed loop got no OK answers: {closed}")
             break
         cap_udp = udp(a, "--rate", f"{cap:.1f}")
         if cap_udp["ok_per_s"] <= 0:
             # Seen on a 2-vCPU AMD VM whose squeezenet batch of one takes
             # half the 20 ms SLO: the open loop at the closed loop's rate
             # got no OK answer. Say so rather than divide by it.
-            stopped = f"round {i + 1}: the open loop at {cap:.1f} req/s got no OK answers: {cap_udp}"
-            print(f"bench_gateway.py: stopping at {stopped}", flush=True)
+            stopped = stop_at(i, f"the open loop at {cap:.1f} req/s got no OK answers: {cap_udp}")
             break
         cap_http = http(a, round(cap, 1), 64)
         beyond = lat_http["beyond_platform"]
