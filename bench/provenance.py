@@ -17,8 +17,13 @@ policy's, which runs it), not by the side-by-side with the peers. Each
 section's measured code is the rest of the measured code plus its own
 harness files, so that a series of runs taken over several sessions is
 not broken by work on another benchmark's harness. A file not in
-`OWNERS` (the product, the models' recipe, the shared harness helpers,
-the Makefile) is measured by every section.
+`OWNERS` (the product, the models' recipe, the shared harness helpers)
+is measured by every section. The Makefile is measured line by line
+(`makefile_lines`): a recipe line that runs one benchmark's harness is
+that benchmark's sections', the side-by-side's rule and variables are
+its own (`MAKEFILE_OWNERS`), rules no benchmark runs (the tests, the
+demo, the tools) and comments are no section's, the rest (build, models,
+their variables) every section's.
 
 `measured_digest` names the measured code of a commit (a hash over its
 measured files' blob ids), of every section or of one; `measured_changes`
@@ -88,6 +93,78 @@ OWNERS: tuple[tuple[str, str], ...] = (
 )
 
 
+# The Makefile's parts that only some sections run: a rule (its target
+# line and recipe) or a variable, by the rule's first target or the
+# variable's name (a regular expression, matched whole), and the sections
+# that run it (as in OWNERS); NOBODY for rules that no benchmark runs and
+# the variables only they use. The rest of the Makefile is every section's.
+NOBODY = r"(?!)"
+MAKEFILE = "Makefile"
+MAKEFILE_OWNERS: tuple[tuple[str, str], ...] = (
+    (r"bench-peers|PEER_RUNS|PEERS_\w+", "bench-peers"),
+    (r"gpu-[\w-]+", "gpu-.+"),
+    (r"\.PHONY|all|test|test-models|demo|demo-offline|bench|bench-provenance|chaos|overload|fuzz|miri"
+     r"|lint|fmt|clean|(?:CHAOS|OVERLOAD|FUZZ)_\w+", NOBODY),
+)
+_MAKE_RULE = re.compile(r"([^\s:=#][^:=#]*?)\s*::?(?!=)")
+_MAKE_VAR = re.compile(r"([\w.]+)\s*(?:\?=|:=|::=|\+=|!=|=)")
+_HARNESS_PATH = re.compile(r"\b(?:bench|scripts)/[\w./*-]+")
+
+
+def makefile_lines(text: str, section: str | None = None) -> list[str]:
+    """The logical lines (continuations joined) of a Makefile's TEXT that
+    are measured code of SECTION, or of any section without one. Comments
+    and blank lines are no section's. A recipe line that runs measured
+    harness files all owned by some benchmarks (bench-platform's lines:
+    `scripts/bench-if.sh` and the like) is those benchmarks' sections';
+    other lines are their rule's or variable's (`MAKEFILE_OWNERS`), or
+    every section's."""
+    logical, cur = [], ""
+    for raw in text.splitlines():
+        cur += raw
+        if cur.endswith("\\"):
+            cur = cur[:-1] + " "
+            continue
+        logical.append(cur)
+        cur = ""
+    if cur:
+        logical.append(cur)
+
+    def owner_of(name: str) -> str | None:
+        return next((o for pat, o in MAKEFILE_OWNERS if re.fullmatch(pat, name)), None)
+
+    def wanted(owner: str | None) -> bool:
+        if owner is None:
+            return True
+        return owner != NOBODY if section is None else re.fullmatch(owner, section) is not None
+
+    kept, rule_owner = [], None
+    for line in logical:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.startswith("\t"):
+            owner = rule_owner
+            if owner is None:
+                paths = [p for p in _HARNESS_PATH.findall(line) if is_measured(p)]
+                theirs = [owners(p) for p in paths]
+                if theirs and all(o is not None for o in theirs):
+                    owner = "|".join(f"(?:{o})" for o in dict.fromkeys(theirs))
+        elif m := _MAKE_VAR.match(line):
+            owner, rule_owner = owner_of(m.group(1)), None
+        elif m := _MAKE_RULE.match(line):
+            owner = rule_owner = owner_of(m.group(1).split()[0])
+        else:  # a directive (include, ifeq, ...): every section's
+            owner = rule_owner = None
+        if wanted(owner):
+            kept.append(line.strip())
+    return kept
+
+
+def _makefile_digest(text: str | None, section: str | None) -> str:
+    lines = makefile_lines(text, section) if text is not None else []
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def owners(path: str) -> str | None:
     """The sections (a regular expression) that alone run harness file
     PATH, or None when every section runs it."""
@@ -130,7 +207,10 @@ def measured_digest(commit: str, repo: Path = REPO, section: str | None = None) 
     for line in out.splitlines():
         meta, path = line.split("\t", 1)
         if is_measured(path, section):
-            h.update(f"{meta.split()[2]} {path}\n".encode())
+            blob = meta.split()[2]
+            if path == MAKEFILE:  # its measured lines, not its bytes
+                blob = _makefile_digest(git(repo, "cat-file", "blob", blob), section)
+            h.update(f"{blob} {path}\n".encode())
     return h.hexdigest()[:12]
 
 
@@ -142,7 +222,18 @@ def measured_changes(a: str, b: str | None = None, repo: Path = REPO,
     out = git(repo, "diff", "--name-only", a, *([b] if b else []))
     if out is None:
         return None
-    return sorted(p for p in out.splitlines() if is_measured(p, section))
+    changed = sorted(p for p in out.splitlines() if is_measured(p, section))
+    if MAKEFILE in changed:
+        before = git(repo, "show", f"{a}:{MAKEFILE}")
+        if b:
+            after = git(repo, "show", f"{b}:{MAKEFILE}")
+        else:
+            f = repo / MAKEFILE
+            after = f.read_text() if f.exists() else None
+        if (before is not None and after is not None
+                and makefile_lines(before, section) == makefile_lines(after, section)):
+            changed.remove(MAKEFILE)
+    return changed
 
 
 def by_folder(paths: list[str]) -> str:

@@ -111,6 +111,49 @@ class Owners(unittest.TestCase):
         self.assertFalse(m("docs/PERFORMANCE.md", "bench-peers"))
 
 
+class TheMakefile(unittest.TestCase):
+    def test_each_recipe_line_is_measured_by_the_sections_that_run_it(self):
+        text = (REPO / "Makefile").read_text()
+        lines = provenance.makefile_lines
+        sq, peers, orch = (lines(text, s) for s in ("bench-if-squeezenet", "bench-peers", "bench-orchestrator"))
+        build = next(x for x in lines(text) if x.startswith("$(CARGO) build"))
+        bench_if = next(x for x in lines(text) if x.endswith("scripts/bench-if.sh"))
+        spin = next(x for x in lines(text) if x.startswith("PEERS_KP_SPIN_MS"))
+        for mine in (sq, peers, orch):
+            self.assertIn(build, mine)  # building the product: every section's
+            self.assertFalse(any(x.startswith("#") for x in mine))
+            self.assertFalse(any("cargo test" in x or "$(CARGO) test" in x for x in mine))  # make test: none's
+        self.assertIn(bench_if, sq)
+        self.assertIn(bench_if, lines(text, "bench-policy"))
+        self.assertNotIn(bench_if, peers)
+        self.assertNotIn(bench_if, orch)
+        self.assertIn(spin, peers)
+        self.assertNotIn(spin, sq)
+        self.assertTrue(any("bench/bench.py --combine" in x for x in peers))
+        self.assertFalse(any("bench/bench.py" in x for x in sq + orch))
+        self.assertTrue(any("scripts/bench-orchestrator.sh" in x for x in orch))
+        self.assertFalse(any("scripts/bench-orchestrator.sh" in x for x in sq))
+        # Continuation lines are one line: the whole variable is bench-peers'.
+        self.assertTrue(any(x.startswith("PEERS_RESNET50") and "BENCH_START=" in x for x in peers))
+        self.assertFalse(any("BENCH_START=" in x for x in sq))
+
+
+MAKEFILE = """# The build.
+CARGO ?= cargo
+build:
+\t$(CARGO) build --bins
+# A benchmark of the platform, one of the side-by-side.
+bench-platform: build
+\tscripts/bench-if.sh
+\tscripts/bench-orchestrator.sh
+PEERS_SPIN ?= 1000
+bench-peers: build
+\tenv SPIN=$(PEERS_SPIN) bench/bench.py
+test: build
+\t$(CARGO) test
+"""
+
+
 class OnARepository(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.TemporaryDirectory()
@@ -154,6 +197,48 @@ class OnARepository(unittest.TestCase):
         self.assertEqual(provenance.measured_changes(a, b, self.repo, "bench-peers"), [])
         self.assertEqual(provenance.verdict(a, b, self.repo, "bench-peers"), "the same")
         self.assertEqual(provenance.verdict(a, b, self.repo, "bench-policy"), "differs: scripts (1 file)")
+
+    def test_a_makefile_change_is_measured_by_the_sections_whose_lines_changed(self):
+        files = {"bench/bench.py": "p", "scripts/bench-if.sh": "i", "scripts/bench-orchestrator.sh": "o"}
+        # Each commit changes one more thing.
+        texts = [MAKEFILE]
+        for before, after in (("# The build.", "# How it builds."), ("\t$(CARGO) test", "\t$(CARGO) test -q"),
+                              ("PEERS_SPIN ?= 1000", "PEERS_SPIN ?= 500"),
+                              ("scripts/bench-if.sh", "MODEL=x scripts/bench-if.sh"),
+                              ("--bins", "--bins --workspace")):
+            texts.append(texts[-1].replace(before, after))
+        a = self.commit({**files, "Makefile": texts[0]})
+        b = self.commit({"Makefile": texts[2]})
+        c = self.commit({"Makefile": texts[3]})
+        d = self.commit({"Makefile": texts[4]})
+        e = self.commit({"Makefile": texts[5]})
+        ch = lambda x, y, s: provenance.measured_changes(x, y, self.repo, s)  # noqa: E731
+        dg = lambda x, s=None: provenance.measured_digest(x, self.repo, s)  # noqa: E731
+        sections = ("bench-peers", "bench-if-squeezenet", "bench-orchestrator")
+        # Comments and the tests' rule: no section's.
+        for s in sections:
+            self.assertEqual(ch(a, b, s), [], s)
+            self.assertEqual(dg(a, s), dg(b, s), s)
+        self.assertEqual(dg(a), dg(b))
+        # The side-by-side's variable: its own.
+        self.assertEqual(ch(b, c, "bench-peers"), ["Makefile"])
+        self.assertNotEqual(dg(b, "bench-peers"), dg(c, "bench-peers"))
+        for s in ("bench-if-squeezenet", "bench-orchestrator"):
+            self.assertEqual(ch(b, c, s), [], s)
+            self.assertEqual(dg(b, s), dg(c, s), s)
+        # bench-platform's line for bench-if: bench-if's sections' (and bench-policy's).
+        self.assertEqual(ch(c, d, "bench-if-squeezenet"), ["Makefile"])
+        self.assertEqual(ch(c, d, "bench-policy"), ["Makefile"])
+        self.assertEqual(ch(c, d, "bench-peers"), [])
+        self.assertEqual(ch(c, d, "bench-orchestrator"), [])
+        # The build: every section's.
+        for s in sections:
+            self.assertEqual(ch(d, e, s), ["Makefile"], s)
+            self.assertNotEqual(dg(d, s), dg(e, s), s)
+        # Against the work tree.
+        (self.repo / "Makefile").write_text(texts[5].replace("PEERS_SPIN ?= 500", "PEERS_SPIN ?= 7"))
+        self.assertEqual(ch(e, None, "bench-if-squeezenet"), [])
+        self.assertEqual(ch(e, None, "bench-peers"), ["Makefile"])
 
     def test_the_table_says_which_sections_measured_the_code_as_it_is(self):
         a = self.commit({"libml/src/lib.rs": "1", "if-manager/src/main.rs": "1"})
