@@ -165,7 +165,7 @@ def meta(a: argparse.Namespace) -> dict:
                      "client": a.client_cpu},
             "client_policy": a.client_policy, "busy_poll": a.busy_poll == "1", "tcpdump": a.tcpdump == 1,
             "if_manager_timer_slack_us": int(a.if_manager_timer_slack_us) if a.if_manager_timer_slack_us else None,
-            "inference_spin_ms": a.inference_spin_ms,
+            "inference_spin_ms": a.inference_spin_ms, "convert_on": a.convert_on,
             "nproc": os.cpu_count(), "cpu": host.cpu_model(host.read("/proc/cpuinfo")), "kernel": platform.release(),
             "git": host.git_head(a.repo), "loadavg_at_start": host.load_average(host.read("/proc/loadavg")),
             "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -582,7 +582,8 @@ def engine_table(meta: dict, eng: dict) -> list[str]:
             f"max batch {meta['max_batch']}, SLO {meta['slo_ms']} ms), kp-client + tcpdump on CPU {meta['cpus']['client']}"
             f"{' at idle priority' if meta.get('client_policy') == 'idle' else ''}"
             f"{'; if-manager timer slack %d µs' % meta['if_manager_timer_slack_us'] if meta.get('if_manager_timer_slack_us') else ''}"
-            f"{'; the inference thread spinning %d ms after each batch (kp-if --inference-spin-ms)' % meta['inference_spin_ms'] if meta.get('inference_spin_ms') else ''}.\n",
+            f"{'; the inference thread spinning %d ms after each batch (kp-if --inference-spin-ms)' % meta['inference_spin_ms'] if meta.get('inference_spin_ms') else ''}"
+            f"{'; images converted by the inference thread before each batch (kp-if --convert-on inference)' if meta.get('convert_on') == 'inference' else ''}.\n",
             "| batch | engine median ms (before / after) | p99 ms | images/s (batch / median) |", "|---|---|---|---|"] + [
             f"| {n} | {b['latency_ms']['median']:.2f} / {a['latency_ms']['median']:.2f} | {b['latency_ms']['p99']:.2f} / "
             f"{a['latency_ms']['p99']:.2f} | {b['images_per_s_median']:.1f} / {a['images_per_s_median']:.1f} |"
@@ -920,6 +921,8 @@ def parser() -> argparse.ArgumentParser:
     m.add_argument("--if-manager-timer-slack-us", default="", help="the if-manager's --timer-slack-us, if given")
     m.add_argument("--inference-spin-ms", type=int, default=0,
                    help="kp-if's --inference-spin-ms (0: its inference thread dozes when idle)")
+    m.add_argument("--convert-on", default="network", choices=("network", "inference"),
+                   help="kp-if's --convert-on: the thread that converts images to the model's input")
     s = sub.add_parser("machine", help="a machine.jsonl line")
     s.add_argument("label")
     s.add_argument("ifm_pid", type=int)

@@ -517,6 +517,10 @@ class Compare(unittest.TestCase):
         self.assertNotIn("spinning", bench_if.engine_table(dict(meta, inference_spin_ms=0), eng)[1])
         self.assertIn("; the inference thread spinning 1000 ms after each batch (kp-if --inference-spin-ms).",
                       bench_if.engine_table(dict(meta, inference_spin_ms=1000), eng)[1])
+        # Which thread converted the images: said only where it is not the design's.
+        self.assertNotIn("converted", bench_if.engine_table(dict(meta, convert_on="network"), eng)[1])
+        self.assertIn("; images converted by the inference thread before each batch (kp-if --convert-on inference).",
+                      bench_if.engine_table(dict(meta, convert_on="inference"), eng)[1])
 
     def test_one_row_per_group_with_every_run_in_order(self):
         rows = bench_if.saturation_rows([

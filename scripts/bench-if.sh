@@ -69,7 +69,9 @@
 # then spin on the cores the client and the engine need),
 # INFERENCE_SPIN_MS (0; N gives kp-if --inference-spin-ms N: its inference
 # thread spins, instead of dozing, for N ms after each batch — as designed
-# only, KP_RX_CPU=0, where no other thread of the platform needs its core), PROFILE
+# only, KP_RX_CPU=0, where no other thread of the platform needs its core),
+# CONVERT_ON (inference all on the inference core, network as designed:
+# which kp-if thread converts the images, see below), PROFILE
 # (release), BENCH_IF_OUT (target/bench/if/MODEL, or MODEL-as-designed
 # when KP_RX_CPU is not IF_CPU, with -spinning after it when
 # INFERENCE_SPIN_MS is set: the run's folder, emptied first),
@@ -124,6 +126,20 @@ inference_spin_ms=${INFERENCE_SPIN_MS:-0}
 # (PROFILE=... of an older build, alternated with this one) still run.
 spin=()
 ((10#$inference_spin_ms > 0)) && spin=(--inference-spin-ms "$inference_spin_ms")
+# Which of kp-if's threads converts each image to the model's input
+# (kp-if --convert-on): all on the inference core, the inference thread,
+# just before the engine runs the batch, as the peers preprocess in the
+# model's process and as bench.py's kneepoint-ic runs (the fragment thread
+# copies bytes only); as designed, the fragment thread on the network
+# side's core. Converted by a fragment thread on the engine's core, the
+# next requests' images were written while a batch ran, and the engine ran
+# slower: end to end / engine 0.897-0.915 against 0.944-0.968 in three
+# alternated pairs (docs/PERFORMANCE-JOURNAL.md, "2 December, seventh").
+# CONVERT_ON (network or inference) overrides.
+if [[ $kp_rx_cpu == "$if_cpu" ]]; then convert_on=${CONVERT_ON:-inference}; else convert_on=${CONVERT_ON:-network}; fi
+[[ $convert_on == network || $convert_on == inference ]] || { echo "bench-if: CONVERT_ON must be network or inference" >&2; exit 1; }
+convert=()
+[[ $convert_on == inference ]] && convert=(--convert-on inference)
 ifm_extra=()
 [[ -n "${IFM_TIMER_SLACK_US:-}" ]] && ifm_extra=(--timer-slack-us "$IFM_TIMER_SLACK_US")
 
@@ -264,7 +280,7 @@ engine_bench() {
   --load-fraction "$load_fraction" --low-load-fraction "$low_load_fraction" --threads "$threads" --if-manager-cpu "$ifm_cpu" --kp-if-cpu "$if_cpu" --kp-rx-cpu "$kp_rx_cpu" \
   --client-cpu "$client_cpu" --client-policy "${CLIENT_POLICY:-idle}" \
   --if-manager-timer-slack-us "${IFM_TIMER_SLACK_US:-}" --busy-poll "${BUSY_POLL:-0}" \
-  --inference-spin-ms "$inference_spin_ms" --tcpdump "$have_tcpdump"
+  --inference-spin-ms "$inference_spin_ms" --convert-on "$convert_on" --tcpdump "$have_tcpdump"
 
 echo "bench-if: $model: load average $(cut -d' ' -f1-3 /proc/loadavg); results in $out" >&2
 echo "bench-if: [1/6] engine alone on CPU $if_cpu, batches 1..$max_batch, ${engine_seconds}s each" >&2
@@ -293,7 +309,7 @@ cores=()
 # growth below.
 trace=()
 "$bin/kp-if" --help | grep -q -- '--trace' && trace=(--trace "$out/trace.jsonl")
-ip netns exec "$PLATFORM_NS" "$bin/kp-if" "${busy[@]}" "${spin[@]}" "${cores[@]}" "${trace[@]}" --model "$config" --control "$ctl" \
+ip netns exec "$PLATFORM_NS" "$bin/kp-if" "${busy[@]}" "${spin[@]}" "${convert[@]}" "${cores[@]}" "${trace[@]}" --model "$config" --control "$ctl" \
   --slo-ms "$slo_ms" --threads "$threads" --max-batch "$max_batch" --stats-json "$out/kp-if.json" -- \
   --lcores "1@$kp_rx_cpu" --proc-type secondary --file-prefix "$prefix" --no-pci --no-telemetry \
   --log-level lib.eal:error >/dev/null 2>"$out/kp-if.log" &
