@@ -138,8 +138,11 @@ spin=()
 # CONVERT_ON (network or inference) overrides.
 if [[ $kp_rx_cpu == "$if_cpu" ]]; then convert_on=${CONVERT_ON:-inference}; else convert_on=${CONVERT_ON:-network}; fi
 [[ $convert_on == network || $convert_on == inference ]] || { echo "bench-if: CONVERT_ON must be network or inference" >&2; exit 1; }
+# Passed where it differs from kp-if's own choice (--convert-on auto
+# converts on the inference thread where the fragment thread shares its
+# cores), so an older build without the option still runs as designed.
 convert=()
-[[ $convert_on == inference ]] && convert=(--convert-on inference)
+[[ $convert_on == inference || $kp_rx_cpu == "$if_cpu" ]] && convert=(--convert-on "$convert_on")
 ifm_extra=()
 [[ -n "${IFM_TIMER_SLACK_US:-}" ]] && ifm_extra=(--timer-slack-us "$IFM_TIMER_SLACK_US")
 

@@ -7,37 +7,50 @@
 //! model's labels.txt, as the model repository's own check found.
 
 use anyhow::{ensure, Result};
-use kneepoint_tests::platform::{classify_coffee, classify_coffee_with};
+use kneepoint_tests::platform::{classify_coffee, classify_coffee_on, Reports};
 
 #[test]
 fn coffee_is_an_espresso_through_the_platform() -> Result<()> {
     classify_coffee("photo", None, &[]).map(drop)
 }
 
-/// `kp-if --convert-on inference`: the fragment thread keeps the image's
-/// bytes and the inference thread normalises them before the engine, with
-/// the fragment path's own table: the same answer to the last bit of every
-/// score.
+/// `kp-if --convert-on auto` (the default) and the thread it picks: with
+/// the fragment thread on the network side's core (`--lcores 1@0`, the
+/// engine on core 1) the fragment thread converts each image as it
+/// arrives; with the fragment thread on the engine's core too
+/// (`1@(0-1)`), it keeps the image's bytes and the inference thread
+/// normalises them before the engine, with the fragment path's own table:
+/// the same answer to the last bit of every score either way. An explicit
+/// `--convert-on network` stands where auto would pick the inference
+/// thread.
 #[test]
-fn converting_on_the_inference_thread_gives_the_same_answer() -> Result<()> {
-    let (network, reports) = classify_coffee("phnet", None, &[])?;
-    ensure!(
-        reports.kp_if["driver"]["normalised_batches"] == 0,
-        "{}",
-        reports.kp_if
-    );
-    let (inference, reports) =
-        classify_coffee_with("phinf", None, &[], &["--convert-on", "inference"])?;
-    ensure!(
-        reports.kp_if["driver"]["normalised_batches"] == 1,
-        "the inference thread normalised no batch: {}",
-        reports.kp_if
-    );
-    ensure!(
-        network["top_k"] == inference["top_k"],
-        "converted on the network side: {}\non the inference side: {}",
-        network["top_k"],
-        inference["top_k"]
-    );
+fn auto_converts_on_the_inference_thread_where_the_fragment_thread_shares_its_core() -> Result<()> {
+    let converted_by = |reports: &Reports, thread: &str, normalised: u64| -> Result<()> {
+        ensure!(
+            reports.kp_if["images_converted_by"] == thread
+                && reports.kp_if["driver"]["normalised_batches"] == normalised,
+            "expected the {thread} to convert ({normalised} normalised batches): {}",
+            reports.kp_if
+        );
+        Ok(())
+    };
+    let (apart, reports) = classify_coffee_on("phnet", None, &[], "1@0", &[])?;
+    converted_by(&reports, "fragment thread", 0)?;
+    let (shared, reports) = classify_coffee_on("phinf", None, &[], "1@(0-1)", &[])?;
+    converted_by(&reports, "inference thread", 1)?;
+    let (told, reports) =
+        classify_coffee_on("phovr", None, &[], "1@(0-1)", &["--convert-on", "network"])?;
+    converted_by(&reports, "fragment thread", 0)?;
+    for (name, other) in [
+        ("shared", &shared),
+        ("told to convert on the network side", &told),
+    ] {
+        ensure!(
+            apart["top_k"] == other["top_k"],
+            "converted on the network side's core: {}\n{name}: {}",
+            apart["top_k"],
+            other["top_k"]
+        );
+    }
     Ok(())
 }

@@ -47,9 +47,11 @@ pub struct Platform {
     /// this process may use).
     pub cores: Option<String>,
     /// Cores the IFs' fragment threads run on (each IF's EAL lcore: it
-    /// reassembles requests into the input pool and, for image models,
-    /// converts them), as a CPU list. Default: each IF's own cores, beside
-    /// its engine. The network side's cores (the if-manager's) leave an
+    /// reassembles requests into the input pool), as a CPU list. Default:
+    /// each IF's own cores, beside its engine, whose inference thread then
+    /// converts images before each batch (`kp-if --convert-on auto`); on
+    /// cores of their own the fragment threads convert them. The network
+    /// side's cores (the if-manager's) leave an
     /// IF's share to its engine alone, the design's layout, and
     /// `inference_spin_ms` needs them.
     pub fragment_cores: Option<String>,

@@ -237,6 +237,18 @@ pub fn classify_coffee_with(
     extra: &[&str],
     kp_if_extra: &[&str],
 ) -> Result<(Value, Reports)> {
+    classify_coffee_on(test, mtu, extra, "1@(0-1)", kp_if_extra)
+}
+
+/// [`classify_coffee_with`] with kp-if's fragment thread where
+/// `kp_if_lcores` (`--lcores`) says ([`Platform::up_on`]).
+pub fn classify_coffee_on(
+    test: &str,
+    mtu: Option<u32>,
+    extra: &[&str],
+    kp_if_lcores: &str,
+    kp_if_extra: &[&str],
+) -> Result<(Value, Reports)> {
     let models = repo_root().join("models");
     let photo = repo_root().join("build/photos/coffee.png");
     ensure!(
@@ -244,10 +256,11 @@ pub fn classify_coffee_with(
         "{} is missing: run `make models` first (MODELS=efficientnet_lite0 is enough)",
         photo.display()
     );
-    let platform = Platform::up_with(
+    let platform = Platform::up_on(
         test,
         &models.join("efficientnet_lite0/config.toml"),
         mtu,
+        kp_if_lcores,
         kp_if_extra,
     )?;
     let answer = run_report(

@@ -83,8 +83,13 @@ struct Args {
     /// `inference`, by the inference thread just before the engine (the
     /// fragment thread copies bytes only): all of the IF's per-request work
     /// on the inference core, as servers that preprocess in the model's
-    /// process do. GPU engines normalise on the device either way.
-    #[arg(long, value_enum, default_value_t = ConvertOn::Network)]
+    /// process do. `auto` (the default): `inference` where the fragment
+    /// thread's CPUs (`--lcores`) overlap `--cores` — converting there
+    /// would write the model's input over the engine's caches while a batch
+    /// runs (squeezenet: 0.90 of the engine alone against 0.96,
+    /// docs/PERFORMANCE-JOURNAL.md, 2 December, seventh) — else `network`.
+    /// GPU engines normalise on the device either way.
+    #[arg(long, value_enum, default_value_t = ConvertOn::Auto)]
     convert_on: ConvertOn,
     /// Reassembly timeout in ms: a request not complete by then is answered
     /// INCOMPLETE.
@@ -194,6 +199,28 @@ enum ConvertOn {
     Network,
     /// The inference thread, before the engine runs a batch.
     Inference,
+    /// `Inference` where the fragment thread shares a CPU with the
+    /// engine's cores, else `Network` ([`ConvertOn::resolve`]).
+    Auto,
+}
+
+impl ConvertOn {
+    /// Whether the inference thread converts: `Auto` becomes `Inference`
+    /// where the fragment thread's CPUs (`lcore`) overlap the engine's
+    /// (`cores`), so that the conversion's writes do not land on the
+    /// engine's core between its own reads while a batch runs. Without
+    /// `--cores` (`None`) nothing is pinned to share: the design's
+    /// `Network`.
+    fn resolve(self, lcore: Option<&[usize]>, cores: Option<&[usize]>) -> bool {
+        match self {
+            Self::Network => false,
+            Self::Inference => true,
+            Self::Auto => match (lcore, cores) {
+                (Some(lcore), Some(cores)) => lcore.iter().any(|c| cores.contains(c)),
+                _ => false,
+            },
+        }
+    }
 }
 
 /// A CPU list (a newtype so clap takes it as one value).
@@ -363,8 +390,12 @@ fn run(mut args: Args) -> Result<()> {
     };
     // The engine before anything is attached: a model that cannot load
     // fails before the IF registers its ring or says ready.
+    let convert_on_inference = args.convert_on.resolve(
+        lcore_cpus.as_deref(),
+        args.cores.as_ref().map(|Cores(c)| c.as_slice()),
+    );
     let load_began = Instant::now();
-    let loaded = load_engine(&args, &model, layout);
+    let loaded = load_engine(&args, &model, layout, convert_on_inference);
     let load_time = load_began.elapsed();
     if let Some(lcore) = &lcore_cpus {
         if let Err(e) = kp_os::affinity::set_current_thread_cpus(lcore) {
@@ -419,6 +450,7 @@ fn load_engine(
     args: &Args,
     model: &ModelConfig,
     layout: InputLayout,
+    convert_on_inference: bool,
 ) -> Result<(Box<dyn Framework>, InputLayout, ModelInfo, usize)> {
     let mut engine = engine_for(model.engine)?;
     engine.init(&EngineConfig {
@@ -437,7 +469,7 @@ fn load_engine(
     // An engine that normalises images on its device (the GPU gather) gets
     // them as they came: the fragment thread only copies bytes. So does one
     // whose images the inference thread converts (`--convert-on inference`).
-    let layout = if engine.normalises_images() || args.convert_on == ConvertOn::Inference {
+    let layout = if engine.normalises_images() || convert_on_inference {
         layout.raw_images()
     } else {
         layout
@@ -919,6 +951,14 @@ fn serve_on(
     report["model"] = json!(model.name);
     report["if_id"] = json!(model.if_id.0);
     report["engine"] = json!(engine.name());
+    // Which thread turned images into the model's input (`--convert-on`,
+    // `auto` resolved); null for a model whose input is not an image.
+    report["images_converted_by"] = match (layout, engine.normalises_images()) {
+        (InputLayout::RgbU8Hwc(_), _) => json!("fragment thread"),
+        (InputLayout::RgbU8HwcRaw(_), true) => json!("engine"),
+        (InputLayout::RgbU8HwcRaw(_), false) => json!("inference thread"),
+        _ => json!(null),
+    };
     report["pool"] = json!({
         "slots": pool.capacity(),
         "slot_bytes": pool.slot_elems() * 4,
@@ -931,6 +971,34 @@ fn serve_on(
 mod tests {
     use super::*;
     use kp_os::priority::{is_idle_current_thread, is_root, nice_current_thread};
+
+    #[test]
+    fn auto_converts_on_the_inference_thread_only_where_the_fragment_thread_shares_its_cores() {
+        let auto = |lcore: Option<&[usize]>, cores: Option<&[usize]>| {
+            ConvertOn::Auto.resolve(lcore, cores)
+        };
+        // The orchestrator's default: the EAL lcore on the IF's own cores.
+        assert!(auto(Some(&[1]), Some(&[1])));
+        assert!(auto(Some(&[2, 3]), Some(&[0, 1, 2, 3])));
+        // The design's layout: the fragment thread on the network side's core.
+        assert!(!auto(Some(&[0]), Some(&[1])));
+        assert!(!auto(Some(&[0, 1]), Some(&[2, 3])));
+        // Nothing pinned: the design's default.
+        assert!(!auto(None, None));
+        // An explicit choice stands whatever the cores.
+        for (lcore, cores) in [(&[1usize][..], &[1usize][..]), (&[0], &[1])] {
+            assert!(ConvertOn::Inference.resolve(Some(lcore), Some(cores)));
+            assert!(!ConvertOn::Network.resolve(Some(lcore), Some(cores)));
+        }
+        assert!(ConvertOn::Inference.resolve(None, None));
+    }
+
+    #[test]
+    fn convert_on_defaults_to_auto() {
+        let args = Args::try_parse_from(["kp-if", "--model", "m/config.toml", "--if-id", "1"])
+            .expect("parses");
+        assert_eq!(args.convert_on, ConvertOn::Auto);
+    }
 
     /// Both tests change every thread of the test process: one at a time.
     static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
