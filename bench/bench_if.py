@@ -572,6 +572,21 @@ def p50_p99_us(d: Optional[dict]) -> str:
     return "-" if not d or d["p50"] is None else f"{d['p50']:.0f} / {d['p99']:.0f}"
 
 
+# kp-if's report (`images_converted_by`) for each --convert-on the script passes.
+CONVERTED_BY = {"network": "fragment thread", "inference": "inference thread"}
+
+
+def check_converted_by(meta: dict, final: dict) -> None:
+    """Stops the report if kp-if says another thread converted the images
+    than the one the section's header will name (kp-if's --convert-on auto
+    chooses by itself where the script passes nothing). Reports of builds
+    before 6 December say nothing, and pass."""
+    said, want = final.get("images_converted_by"), CONVERTED_BY.get(meta.get("convert_on", "network"))
+    if said is not None and said != want:
+        raise SystemExit(f"bench-if: kp-if says its {said} converted the images, the header would say "
+                         f"the {want} (--convert-on {meta.get('convert_on')})")
+
+
 def engine_table(meta: dict, eng: dict) -> list[str]:
     return [f"### {meta['model']}: engine alone vs end to end ({layout(meta)})\n",
             (f"{meta['started']}, " if meta.get("started") else "")  # runs before 30 November have none
@@ -806,6 +821,7 @@ def analyse(out: str) -> str:
         phases[p] = phase_stats(client, ok, ref_ms, cpu)
     sat = phases["sat"]
     final = read_json(f"{out}/kp-if.json")
+    check_converted_by(meta, final)
     rs = final.get("reassembly") or {}
     fpr = rs["fragments"] / rs["requests"] if rs.get("requests") else None
     for p in phases.values():

@@ -522,6 +522,17 @@ class Compare(unittest.TestCase):
         self.assertIn("; images converted by the inference thread before each batch (kp-if --convert-on inference).",
                       bench_if.engine_table(dict(meta, convert_on="inference"), eng)[1])
 
+    def test_the_report_stops_when_kp_if_converted_elsewhere_than_the_header_says(self):
+        bench_if.check_converted_by({"convert_on": "inference"}, {"images_converted_by": "inference thread"})
+        bench_if.check_converted_by({"convert_on": "network"}, {"images_converted_by": "fragment thread"})
+        bench_if.check_converted_by({}, {"images_converted_by": "fragment thread"})
+        # A build before 6 December says nothing.
+        bench_if.check_converted_by({"convert_on": "inference"}, {})
+        with self.assertRaisesRegex(SystemExit, "its inference thread converted"):
+            bench_if.check_converted_by({"convert_on": "network"}, {"images_converted_by": "inference thread"})
+        with self.assertRaisesRegex(SystemExit, "its fragment thread converted"):
+            bench_if.check_converted_by({"convert_on": "inference"}, {"images_converted_by": "fragment thread"})
+
     def test_one_row_per_group_with_every_run_in_order(self):
         rows = bench_if.saturation_rows([
             ("new", [run_summary("squeezenet", 1, 0, 194.21, 1.714, 0.9951, 0.9787),
