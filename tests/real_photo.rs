@@ -7,7 +7,10 @@
 //! model's labels.txt, as the model repository's own check found.
 
 use anyhow::{ensure, Result};
-use kneepoint_tests::platform::{classify_coffee, classify_coffee_on, Reports};
+use kneepoint_tests::platform::{
+    classify_coffee, classify_coffee_on, Reports, LCORES_BESIDE_THE_ENGINE,
+    LCORES_ON_THE_NETWORK_SIDE,
+};
 
 #[test]
 fn coffee_is_an_espresso_through_the_platform() -> Result<()> {
@@ -34,12 +37,17 @@ fn auto_converts_on_the_inference_thread_where_the_fragment_thread_shares_its_co
         );
         Ok(())
     };
-    let (apart, reports) = classify_coffee_on("phnet", None, &[], "1@0", &[])?;
+    let (apart, reports) = classify_coffee_on("phnet", None, &[], LCORES_ON_THE_NETWORK_SIDE, &[])?;
     converted_by(&reports, "fragment thread", 0)?;
-    let (shared, reports) = classify_coffee_on("phinf", None, &[], "1@(0-1)", &[])?;
+    let (shared, reports) = classify_coffee_on("phinf", None, &[], LCORES_BESIDE_THE_ENGINE, &[])?;
     converted_by(&reports, "inference thread", 1)?;
-    let (told, reports) =
-        classify_coffee_on("phovr", None, &[], "1@(0-1)", &["--convert-on", "network"])?;
+    let (told, reports) = classify_coffee_on(
+        "phovr",
+        None,
+        &[],
+        LCORES_BESIDE_THE_ENGINE,
+        &["--convert-on", "network"],
+    )?;
     converted_by(&reports, "fragment thread", 0)?;
     for (name, other) in [
         ("shared", &shared),

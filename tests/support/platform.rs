@@ -63,6 +63,14 @@ pub fn af_packet_vdev(iface: &str) -> String {
     format!("net_af_packet0,iface={iface},framesz=10240,blocksz=20480")
 }
 
+/// kp-if's `--lcores` where its fragment thread may run on either core,
+/// the engine's (`--cores 1`) included: [`Platform::up`]'s default.
+pub const LCORES_BESIDE_THE_ENGINE: &str = "1@(0-1)";
+
+/// kp-if's `--lcores` with its fragment thread on the if-manager's core
+/// (the network side's), apart from the engine on core 1.
+pub const LCORES_ON_THE_NETWORK_SIDE: &str = "1@0";
+
 /// A running if-manager + one kp-if in a network namespace. Dropping it
 /// stops everything (the processes, then the namespaces); [`Platform::stop`]
 /// does the same and returns the final reports.
@@ -108,7 +116,7 @@ impl Platform {
         mtu: Option<u32>,
         kp_if_extra: &[&str],
     ) -> Result<Platform> {
-        Platform::up_on(test, model, mtu, "1@(0-1)", kp_if_extra)
+        Platform::up_on(test, model, mtu, LCORES_BESIDE_THE_ENGINE, kp_if_extra)
     }
 
     /// [`up_with`](Platform::up_with) with kp-if's EAL lcore, its fragment
@@ -237,7 +245,7 @@ pub fn classify_coffee_with(
     extra: &[&str],
     kp_if_extra: &[&str],
 ) -> Result<(Value, Reports)> {
-    classify_coffee_on(test, mtu, extra, "1@(0-1)", kp_if_extra)
+    classify_coffee_on(test, mtu, extra, LCORES_BESIDE_THE_ENGINE, kp_if_extra)
 }
 
 /// [`classify_coffee_with`] with kp-if's fragment thread where
