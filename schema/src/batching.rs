@@ -87,11 +87,19 @@ pub struct BatchStats {
     /// from an IF that does not report it.
     #[serde(default)]
     pub tail_factor: f64,
+    /// Recent batches' wall time per CPU time of the engine's thread, at
+    /// least 1: above 1 where the thread was preempted while its engine
+    /// computed (a core shared with the fragment thread). The policy learns
+    /// batch costs on the CPU clock and predicts them times this. 1 for an
+    /// engine that does not compute on the calling thread (a GPU); 0 from
+    /// an IF that does not report it.
+    #[serde(default)]
+    pub wall_per_cpu: f64,
 }
 
 impl BatchStats {
     /// Words in [`BatchStats::to_words`].
-    pub const WORDS: usize = 19;
+    pub const WORDS: usize = 20;
 
     /// The numbers as words (floats as their bits), in field order: how the
     /// inference thread hands them to the telemetry publisher
@@ -117,6 +125,7 @@ impl BatchStats {
             self.under_reports,
             self.over_reports,
             self.tail_factor.to_bits(),
+            self.wall_per_cpu.to_bits(),
         ]
     }
 
@@ -142,6 +151,7 @@ impl BatchStats {
             under_reports: w[16],
             over_reports: w[17],
             tail_factor: f64::from_bits(w[18]),
+            wall_per_cpu: f64::from_bits(w[19]),
         }
     }
 }

@@ -649,6 +649,11 @@ impl Framework for OnnxRuntime {
         copy_output(&outputs, info, batch, output)
     }
 
+    fn runs_on_calling_thread(&self) -> bool {
+        // With one intra-op thread ORT starts no pool thread (module doc).
+        self.device == Device::Cpu && self.intra_op_threads == 1
+    }
+
     fn normalises_images(&self) -> bool {
         // The gather normalises raw RGB bytes on the GPU.
         self.device != Device::Cpu

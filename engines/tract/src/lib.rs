@@ -341,6 +341,10 @@ impl Framework for Tract {
         "tract"
     }
 
+    fn runs_on_calling_thread(&self) -> bool {
+        true // module doc: tract runs a plan on the calling thread
+    }
+
     fn init(&mut self, config: &EngineConfig) -> Result<(), EngineError> {
         if self.initialised {
             return Err(EngineError::Order("init is called twice"));

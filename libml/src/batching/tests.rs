@@ -138,7 +138,9 @@ struct Sim {
     span: (u64, u64),
     /// Requests still arriving: (complete at, first fragment at).
     arriving: Vec<(u64, u64)>,
-    running: Option<(u64, u64, Vec<u64>)>,
+    /// The running batch: when it ends, its wall time, its time on the
+    /// CPU, its requests' first fragments.
+    running: Option<(u64, u64, u64, Vec<u64>)>,
     wake: Option<u64>,
     rng: Rng,
     batches: Vec<BatchRecord>,
@@ -154,6 +156,14 @@ struct Sim {
     /// batches take `factor` times as long (a VM's speed drifts, and a
     /// spell slows whatever batch size runs in it).
     spells: Option<(u64, u64, f64)>,
+    /// A core shared with the fragment thread: every request that arrives
+    /// while a batch runs takes this many ns of the engine's thread (its
+    /// fragments), which the batch's wall time holds and its CPU time
+    /// does not (0: a core of its own).
+    fragment_ns: u64,
+    /// Whether the policy is given each batch's CPU time
+    /// ([`BatchPolicy::on_batch_done_on_cpu`]) or only its wall time.
+    cpu_clock: bool,
 }
 
 impl Sim {
@@ -185,6 +195,8 @@ impl Sim {
             admission: false,
             refused: 0,
             spells: None,
+            fragment_ns: 0,
+            cpu_clock: false,
         }
     }
 
@@ -235,7 +247,7 @@ impl Sim {
         assert!(t >= self.now);
         self.now = t;
         while self.next_arrival <= t {
-            let held = self.queue.len() + self.running.as_ref().map_or(0, |r| r.2.len());
+            let held = self.queue.len() + self.running.as_ref().map_or(0, |r| r.3.len());
             if self.admission && self.policy.admission_limit().is_some_and(|l| held >= l) {
                 self.refused += 1;
                 self.policy.note_refused(self.next_arrival);
@@ -255,11 +267,15 @@ impl Sim {
         self.queue
             .extend(self.arriving.drain(..complete).map(|(_, first)| first));
         if self.running.as_ref().is_some_and(|r| r.0 == t) {
-            let (_, exec, reqs) = self.running.take().unwrap();
+            let (_, wall, on_cpu, reqs) = self.running.take().unwrap();
             let max_e2e = reqs.iter().map(|a| t - a).max().unwrap();
             self.e2e.extend(reqs.iter().map(|a| t - a));
             self.next_of_closed_loop(reqs.len());
-            if let Some(r) = self.policy.on_batch_done(reqs.len(), exec, max_e2e, t) {
+            let on_cpu = if self.cpu_clock { on_cpu } else { wall };
+            let report = self
+                .policy
+                .on_batch_done_on_cpu(reqs.len(), wall, on_cpu, max_e2e, t);
+            if let Some(r) = report {
                 self.reports.push(r);
             }
             self.batches.push(BatchRecord {
@@ -292,7 +308,12 @@ impl Sim {
                         exec = (exec as f64 * factor).round() as u64;
                     }
                 }
-                self.running = Some((self.now + exec, exec, reqs));
+                // The fragments of what arrives meanwhile preempt the
+                // engine's thread on a shared core.
+                let ends = self.now + exec;
+                let meanwhile = self.arriving.iter().filter(|r| r.0 < ends).count() as u64;
+                let wall = exec + meanwhile * self.fragment_ns;
+                self.running = Some((self.now + wall, wall, exec, reqs));
                 self.wake = None;
             }
             Decision::Wait { until_ns } => {
@@ -433,6 +454,56 @@ fn one_batch_size_only_is_explored_on_purpose() {
 }
 
 // ---------------------------------------------------------------- the fit
+
+/// The costs are learnt on the CPU clock, the predictions are those costs
+/// times the recent wall / CPU time, and a driver without a CPU clock
+/// changes nothing.
+#[test]
+fn learns_costs_on_the_cpu_clock_and_predicts_wall_time() {
+    let mut p = BatchPolicy::new(BatchConfig::new(100 * MS)).unwrap();
+    // Batches of 1 and 2 that ran 5 and 10 ms on the CPU, 6 and 12 on the
+    // wall clock.
+    for i in 0..10 {
+        let n = 1 + (i % 2) as usize;
+        let cpu = 5 * MS * n as u64;
+        p.on_batch_done_on_cpu(n, cpu * 6 / 5, cpu, 20 * MS, i * 20 * MS);
+    }
+    let m = p.cost_model().unwrap();
+    assert_eq!(m.source, CostSource::Fitted);
+    assert!((m.b_ns - 5.0 * MS as f64).abs() < 1e3, "{m:?}");
+    assert!(m.a_ns.abs() < 1e3, "{m:?}");
+    assert!(
+        (p.wall_per_cpu() - 1.2).abs() < 1e-9,
+        "{}",
+        p.wall_per_cpu()
+    );
+    assert!((p.predicted_ns(&m, 1) - 6.0 * MS as f64).abs() < 1e3);
+    assert!((p.predicted_ns(&m, 2) - 12.0 * MS as f64).abs() < 1e3);
+    assert!((p.stats().wall_per_cpu - 1.2).abs() < 1e-9);
+    // On time against the wall-clock prediction: no tail.
+    assert_eq!(p.tail_factor(), 1.0);
+    // The thread preempted for longer: ρ moves a tenth of the way per
+    // batch, the costs stay.
+    p.on_batch_done_on_cpu(1, 7 * MS, 5 * MS, 20 * MS, 300 * MS);
+    assert!((p.wall_per_cpu() - (1.2 + 0.1 * 0.2)).abs() < 1e-9);
+    assert!((p.predicted_ns(&m, 1) - 5.0 * MS as f64 * 1.22).abs() < 1e3);
+    // A CPU time of 0 (no clock) or above the wall time counts as the wall
+    // time: ρ 1 for those batches.
+    let mut q = BatchPolicy::new(BatchConfig::new(100 * MS)).unwrap();
+    q.on_batch_done_on_cpu(1, 5 * MS, 0, 20 * MS, MS);
+    assert_eq!(q.wall_per_cpu(), 1.0);
+    q.on_batch_done_on_cpu(1, 5 * MS, 6 * MS, 20 * MS, 2 * MS);
+    assert_eq!(q.wall_per_cpu(), 1.0);
+    assert_eq!(q.predicted_ns(&q.cost_model().unwrap(), 1), 5.0 * MS as f64);
+    // A driver without a CPU clock: ρ is exactly 1 and predictions are
+    // the wall times, as before the clock existed.
+    let mut r = BatchPolicy::new(BatchConfig::new(100 * MS)).unwrap();
+    for i in 0..10 {
+        r.on_batch_done(1 + (i % 2) as usize, 6 * MS * (1 + i % 2), 20 * MS, i * MS);
+    }
+    assert_eq!(r.wall_per_cpu(), 1.0);
+    assert!((r.predicted_ns(&r.cost_model().unwrap(), 2) - 12.0 * MS as f64).abs() < 1e3);
+}
 
 #[test]
 fn fit_is_exact_without_noise() {
@@ -735,13 +806,14 @@ fn never_loses_to_the_best_small_batch_on_a_convex_cost() {
 
 /// bench-if's saturation phase in the simulation: a closed loop of 32
 /// requests (arriving over 0.2–1 ms, 0.2 ms after an answer) against
-/// `engine` with its 2 s SLO and batches of at most 8, optionally with slow
-/// `spells` ([`Sim::spells`]); 5 s to settle, then 30 s measured. Returns
-/// the goodput (requests/s), the mean batch and the simulation.
+/// `engine` with its 2 s SLO and batches of at most 8, the simulation as
+/// `setup` leaves it (slow [`Sim::spells`], a shared core); 5 s to settle,
+/// then 30 s measured. Returns the goodput (requests/s), the mean batch
+/// and the simulation.
 fn saturated_closed_loop(
     engine: Engine,
     seed: u64,
-    spells: Option<(u64, u64, f64)>,
+    setup: impl FnOnce(&mut Sim),
 ) -> (f64, f64, Sim) {
     let cfg = BatchConfig {
         max_batch: 8,
@@ -752,7 +824,7 @@ fn saturated_closed_loop(
         think_ns: 200_000,
     };
     let mut sim = Sim::new(cfg, loop32, engine, seed).with_spans(200_000, 1_000_000);
-    sim.spells = spells;
+    setup(&mut sim);
     sim.run_until(5_000 * MS);
     let (served0, from) = (sim.e2e.len(), sim.batches.len());
     sim.run_until(35_000 * MS);
@@ -768,28 +840,36 @@ fn saturated_closed_loop(
 /// times as long. No batch beats batch 1 per image, but the per-size
 /// estimates are noisy, and a plan that took the best estimate under
 /// saturation ran whichever size the noise favoured: mean batches of
-/// 2.1–4.4 over these seeds, 2–4% below batch 1's rate (batches of 5–6 in
-/// some live runs). With [`BEST_MARGIN`] and the probes of stale sizes:
-/// mean batches of 1.79–2.00, 0.981–0.988 of batch 1's rate.
+/// 2.1–4.4 over five seeds, 2–4% below batch 1's rate (batches of 5–6 in
+/// some live runs). With [`BEST_MARGIN`] and the probes of stale sizes,
+/// over 30 seeds: 0.983 of batch 1's rate on average (the worst seed
+/// 0.976), mean batches of 2.03 (at most 2.36). Before a target of 1
+/// stopped exploring 2 over a window of 2s (`BatchPolicy::neighbour`) the
+/// same: 0.983 (worst 0.977), 2.00 (at most 2.44); a seed's rate moves by
+/// ±0.5% with its draw, so the bar is on the 30 together.
 #[test]
 fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
     let engine = Engine::new(0.0, 5.1, 0.1).convex(0.009).spiky(0.1, 1.3);
     let batch_1 = 1e9 / engine.mean_ns(1);
-    for seed in [3, 5, 8, 13, 21] {
-        let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, None);
-        eprintln!(
-            "seed {seed}: goodput {goodput:.1}/s, batch 1 alone {batch_1:.1}/s, mean batch {mean_batch:.2}, \
-             target {}, shed {}",
-            sim.policy.target_batch(),
-            sim.shed
-        );
-        assert!(mean_batch <= 2.25, "seed {seed}: mean batch {mean_batch}");
-        assert!(
-            goodput >= 0.98 * batch_1,
-            "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
-        );
+    let (mut rates, mut batches) = (Vec::new(), Vec::new());
+    for seed in 1..=30 {
+        let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, |_| {});
         assert_eq!(sim.shed, 0);
+        rates.push(goodput / batch_1);
+        batches.push(mean_batch);
     }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let worst_rate = rates.iter().copied().fold(f64::MAX, f64::min);
+    let largest_batch = batches.iter().copied().fold(0.0, f64::max);
+    eprintln!(
+        "noisy convex, 30 seeds: {:.4} of batch 1's rate on average, the worst {worst_rate:.4}; \
+         mean batch {:.2}, the largest {largest_batch:.2}",
+        mean(&rates),
+        mean(&batches)
+    );
+    assert!(mean(&rates) >= 0.98, "{rates:?}");
+    assert!(worst_rate >= 0.97, "{rates:?}");
+    assert!(mean(&batches) <= 2.2 && largest_batch <= 2.5, "{batches:?}");
 }
 
 /// The same closed loop on a steadier engine (±6%, one batch in ten 1.2
@@ -808,7 +888,8 @@ fn probes_smaller_sizes_so_that_a_slow_spell_does_not_ratchet_the_batch_up() {
     let batch_1 = 1e9 / engine.mean_ns(1) / (1.0 + 0.2 * 0.25);
     for seed in [3, 5, 8] {
         let spells = Some((2_000 * MS, 400 * MS, 1.25));
-        let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, spells);
+        let (goodput, mean_batch, sim) =
+            saturated_closed_loop(engine, seed, |sim| sim.spells = spells);
         eprintln!(
             "spells, seed {seed}: goodput {goodput:.1}/s, batch 1 alone {batch_1:.1}/s, mean batch {mean_batch:.2}, \
              probes and explorations {}, regime changes {}",
@@ -821,6 +902,59 @@ fn probes_smaller_sizes_so_that_a_slow_spell_does_not_ratchet_the_batch_up() {
             "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
         );
     }
+}
+
+/// The same closed loop on a core shared with the fragment thread: each
+/// request that arrives while a batch runs preempts it for 0.4 ms (what
+/// squeezenet's 147 fragments cost on the Intel Xeon VM, with wake-ups).
+/// In a closed loop those are the previous batch's replacements, so a
+/// batch of 1 after a batch of 3 runs 1.2 ms longer than after a batch of
+/// 1: on wall times batch 1 looks dearer than it is (live, on that VM, the
+/// plan then ran batches of 3: docs/PERFORMANCE-JOURNAL.md, 6 December).
+/// Given each batch's CPU time, the policy ranks the sizes on the engine's
+/// own cost. Over six seeds: batches of 1.31–1.34 on average and
+/// 172.7–173.3/s on CPU times, 1.40–1.59 and 169.4–172.6/s on wall times
+/// (batch 1 back to back: 176.9/s; the rest is the neighbour explored to
+/// keep the slope known).
+#[test]
+fn ranks_batch_sizes_on_cpu_time_where_the_fragments_share_the_core() {
+    let engine = Engine::new(0.0, 5.15, 0.05).convex(0.05).spiky(0.1, 1.2);
+    // Batch 1 back to back: each batch preempted by one request's fragments.
+    let batch_1 = 1e9 / (engine.mean_ns(1) + 0.4e6);
+    let (mut on_cpu_total, mut on_wall_total) = (0.0, 0.0);
+    for seed in [3, 5, 8, 13, 21, 34] {
+        let run = |cpu_clock: bool| {
+            saturated_closed_loop(engine, seed, |sim| {
+                sim.fragment_ns = 400_000;
+                sim.cpu_clock = cpu_clock;
+            })
+        };
+        let (wall_goodput, wall_batch, _) = run(false);
+        let (goodput, mean_batch, sim) = run(true);
+        let rho = sim.policy.wall_per_cpu();
+        eprintln!(
+            "shared core, seed {seed}: on CPU time goodput {goodput:.1}/s, mean batch {mean_batch:.2}, \
+             wall/cpu {rho:.3}; on wall time {wall_goodput:.1}/s, mean batch {wall_batch:.2}; \
+             batch 1 alone {batch_1:.1}/s"
+        );
+        assert!(
+            mean_batch <= 1.4 && mean_batch < wall_batch,
+            "seed {seed}: mean batch {mean_batch} on CPU time, {wall_batch} on wall time"
+        );
+        assert!(
+            goodput >= 0.97 * batch_1,
+            "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
+        );
+        // ρ: a batch of about one request is preempted for 0.4 ms in ~5.4.
+        assert!((1.05..1.11).contains(&rho), "seed {seed}: wall/cpu {rho}");
+        assert_eq!(sim.shed, 0);
+        on_cpu_total += goodput;
+        on_wall_total += wall_goodput;
+    }
+    assert!(
+        on_cpu_total >= 1.005 * on_wall_total,
+        "{on_cpu_total} on CPU time vs {on_wall_total} on wall time"
+    );
 }
 
 /// Simulation of overload: constant 800/s against an engine that serves at
@@ -1474,6 +1608,7 @@ fn batch_stats_survive_the_trip_through_words() {
         under_reports: 16,
         over_reports: 17,
         tail_factor: 18.5,
+        wall_per_cpu: 19.5,
     };
     assert_eq!(BatchStats::from_words(&stats.to_words()), stats);
     assert_eq!(

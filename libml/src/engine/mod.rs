@@ -191,6 +191,18 @@ pub trait Framework: Send {
     fn normalises_images(&self) -> bool {
         false
     }
+    /// Whether a batch's whole computation runs on the thread that calls
+    /// [`Framework::infer_batch`] / [`Framework::infer_slots`] (a CPU engine
+    /// with one thread), so that the thread's CPU clock across the call is
+    /// what the batch cost, net of the time the thread spent off the CPU.
+    /// The batching policy then learns its batch costs from that clock
+    /// (`BatchPolicy::on_batch_done_on_cpu`): on a core shared with the
+    /// fragment thread the wall time of a batch also holds the fragments of
+    /// whatever requests arrived while it ran. The default is no (a GPU, or
+    /// a thread pool, computes elsewhere; a foreign engine is not known to).
+    fn runs_on_calling_thread(&self) -> bool {
+        false
+    }
     /// Whether the engine took the input pool: the runtime then calls
     /// [`Framework::infer_slots`], not [`Framework::infer_batch`].
     fn reads_input_pool(&self) -> bool {

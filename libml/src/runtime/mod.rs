@@ -977,6 +977,10 @@ fn inference_loop<'p>(
     let mut gather: Vec<f32> = Vec::new();
     // An engine that reads the pool itself gets slot numbers, not values.
     let in_place = engine.reads_input_pool();
+    // Whether the thread's CPU clock across a batch is what it cost (the
+    // batching policy learns from it): read twice per batch, a system call
+    // each, only then.
+    let on_calling_thread = engine.runs_on_calling_thread();
     let mut slot_ids: Vec<u32> = Vec::with_capacity(cfg.max_batch.max(1));
     let mut output = vec![0f32; cfg.max_batch * cfg.output_elems];
     let k = cfg.top_k.min(cfg.output_elems).min(MAX_TOP_K);
@@ -1085,6 +1089,11 @@ fn inference_loop<'p>(
             let (open, close) = answer_window.window(kp_os::affinity::monotonic_ns(), p, idle);
             control.set_answer_window(open, close);
         }
+        let cpu_started = if on_calling_thread {
+            kp_os::affinity::thread_cpu_ns()
+        } else {
+            0
+        };
         let started = now_ns();
         let result = if in_place {
             counters.in_place_batches += 1;
@@ -1125,6 +1134,13 @@ fn inference_loop<'p>(
         };
         let finished = now_ns();
         let exec_ns = finished.saturating_sub(started);
+        // Of which on the CPU (the rest: preempted, by the fragment thread
+        // on a shared core); without a CPU clock to read, all of it.
+        let on_cpu_ns = if on_calling_thread {
+            kp_os::affinity::thread_cpu_ns().saturating_sub(cpu_started)
+        } else {
+            exec_ns
+        };
         if let Some(p) = predicted {
             answer_window.record(p, exec_ns, idle);
         }
@@ -1184,7 +1200,7 @@ fn inference_loop<'p>(
         // Refusals while the batch ran count for the admission limit set
         // below, not only for the next shedding.
         policy.note_refused(admission.refused_ns.load(Ordering::Relaxed));
-        let report = policy.on_batch_done(n, exec_ns, worst, finished);
+        let report = policy.on_batch_done_on_cpu(n, exec_ns, on_cpu_ns, worst, finished);
         match report {
             Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,
             Some(ProvisioningReport::Over { .. }) => counters.over_reports += 1,

@@ -240,6 +240,11 @@ impl Snapshot {
             active().map(|(l, g)| (l, g.tail_factor)),
         )?;
         f.gauges(
+            "kneepoint_if_batch_wall_per_cpu",
+            "Recent batches' wall time per CPU time of the engine's thread, at least 1: above 1 where the thread was preempted while its engine computed (a core shared with the fragment thread). 1 for engines that compute elsewhere (a GPU).",
+            active().map(|(l, g)| (l, g.wall_per_cpu)),
+        )?;
+        f.gauges(
             "kneepoint_if_device_batch_seconds",
             "A GPU engine's last batch on its device, from the input's copy to the last step (CUDA events); absent for CPU engines.",
             active().filter_map(|(l, g)| Some((l, g.device?.last_batch_ns as f64 / 1e9))),

@@ -236,6 +236,9 @@ pub struct ActiveGauges {
     pub target_batch: u64,
     /// The batching policy's tail factor (`BatchStats::tail_factor`).
     pub tail_factor: f64,
+    /// Recent batches' wall time per CPU time of the engine's thread
+    /// (`BatchStats::wall_per_cpu`).
+    pub wall_per_cpu: f64,
     /// OK answers within the SLO of all answers, since the process started.
     pub slo_attainment: Option<f64>,
     /// Answers per second over the last rate window.
@@ -404,6 +407,7 @@ impl PlatformMetrics {
                 in_flight: telemetry.arrivals.saturating_sub(telemetry.answers_total),
                 target_batch: batching.target_batch as u64,
                 tail_factor: batching.tail_factor,
+                wall_per_cpu: batching.wall_per_cpu,
                 slo_attainment: telemetry.slo_attainment,
                 throughput_per_s: telemetry.throughput_per_s,
                 arrival_rate_per_s: telemetry.arrival_rate_per_s,
