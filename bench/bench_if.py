@@ -305,6 +305,9 @@ def answer_rows(answers: Iterator[tuple[int, bytes]], spans: dict, last: Optiona
                      "after_last_wire_us": round((t_ns - last[req]) / 1000, 3)
                      if req in last and t_ns >= last[req] else None,
                      "engine_own_us": None if rec is None else (rec["end_ns"] - rec["start_ns"]) / 1000,
+                     # The inference thread's CPU time in that batch (kp-if
+                     # records it for engines that compute on that thread).
+                     "engine_cpu_us": rec["batch_cpu_ns"] / 1000 if rec and rec.get("batch_cpu_ns") else None,
                      "if_wait_us": None if rec is None else (rec["start_ns"] - rec["complete_ns"]) / 1000,
                      "if_answer_us": None if rec is None else (rec["sent_ns"] - rec["end_ns"]) / 1000,
                      "complete_ns": None if rec is None else rec["complete_ns"],
@@ -339,8 +342,8 @@ def mark_engine_busy(rows: list[dict]) -> list[dict]:
 
 
 ANSWER_COLUMNS = ["request_id", "status", "batch_size", "latency_us", "rtt_wire_us", "t_ns", "frag_span_us",
-                  "after_last_wire_us", "engine_own_us", "if_wait_us", "if_answer_us", "in_path_us", "out_path_us",
-                  "complete_ns", "batch_start_ns", "batch_end_ns",
+                  "after_last_wire_us", "engine_own_us", "engine_cpu_us", "if_wait_us", "if_answer_us", "in_path_us",
+                  "out_path_us", "complete_ns", "batch_start_ns", "batch_end_ns",
                   "engine_busy_at_arrival_us"]
 
 
@@ -495,17 +498,57 @@ def engine_per_image_in_if(traced: list[dict]) -> dict:
     run, so a machine that drifts between runs cancels out; the ratio
     needs batches of 1 among them (the policy's probes run some)."""
     per: dict[int, list[float]] = {}
+    cpu: dict[int, list[float]] = {}
     for r in traced:
         per.setdefault(r["batch_size"], []).append(r["engine_own_us"] / r["batch_size"] / 1000)
+        if r.get("engine_cpu_us"):
+            cpu.setdefault(r["batch_size"], []).append(r["engine_cpu_us"] / r["batch_size"] / 1000)
     if not per:
         return {}
     by_size = {n: statistics.median(v) for n, v in sorted(per.items())}
     res = {"engine_own_ms_per_image_by_size": by_size,
            "traced_requests_by_size": {n: len(v) for n, v in sorted(per.items())}}
+    if cpu:
+        res["engine_cpu_ms_per_image_by_size"] = {n: statistics.median(v) for n, v in sorted(cpu.items())}
+    res.update(engine_after_another_size(traced))
     if 1 in by_size:
         mix = sum(by_size[n] * len(v) for n, v in per.items()) / sum(len(v) for v in per.values())
         res["engine_own_per_image_mix_vs_batch1"] = mix / by_size[1]
     return res
+
+
+def engine_after_another_size(traced: list[dict], least: int = 5) -> dict:
+    """The engine's time per image in the IF by batch size, split by what
+    ran just before: a batch of the same size or of another (median ms per
+    image over the batches, each batch once; sizes with fewer than `least`
+    batches on either side are left out). An engine whose batch costs more
+    right after a batch of another size (an allocator re-planning for the
+    new shape, caches filled by the other batch's data) shows it here; the
+    batching policy, which measures every size where it runs, then learns
+    a size it only probes after others as dearer than it is back to back.
+    With the inference thread's CPU time where kp-if recorded it: a gap
+    between the two is time the thread was preempted."""
+    batches = sorted({(r["batch_start_ns"], r["batch_size"], r["engine_own_us"], r.get("engine_cpu_us"))
+                      for r in traced if r.get("batch_start_ns") is not None})
+    split: dict[int, dict[str, list[tuple[float, float | None]]]] = {}
+    for prev, cur in zip(batches, batches[1:]):
+        _, n, own, cpu = cur
+        side = "same" if prev[1] == n else "other"
+        split.setdefault(n, {"same": [], "other": []})[side].append(
+            (own / n / 1000, None if cpu is None else cpu / n / 1000))
+    out = {}
+    for n, sides in sorted(split.items()):
+        if min(len(sides["same"]), len(sides["other"])) < least:
+            continue
+        entry = {}
+        for side, v in sides.items():
+            entry[side] = statistics.median(w for w, _ in v)
+            cpus = [c for _, c in v if c is not None]
+            if len(cpus) == len(v):
+                entry[side + "_cpu"] = statistics.median(cpus)
+            entry[side + "_batches"] = len(v)
+        out[n] = entry
+    return {"engine_own_ms_per_image_after": out} if out else {}
 
 
 def add_saturation_ratios(sat: dict, eng: dict, ref_ms: dict, kp_if_final: dict) -> None:
@@ -618,6 +661,12 @@ def saturation_table(meta: dict, sat: dict) -> list[str]:
             "| engine's time per image in the IF by batch size, ms (kp-if --trace) | "
             + (", ".join(f"{n}: {v:.3f}" for n, v in sat["engine_own_ms_per_image_by_size"].items())
                if "engine_own_ms_per_image_by_size" in sat else "-") + " |",
+            "| of which on the inference thread's CPU, by batch size, ms | "
+            + (", ".join(f"{n}: {v:.3f}" for n, v in sat["engine_cpu_ms_per_image_by_size"].items())
+               if "engine_cpu_ms_per_image_by_size" in sat else "-") + " |",
+            "| the same by size, after a batch of the same size / of another (CPU), ms | "
+            + (", ".join(after_cell(n, e) for n, e in sat["engine_own_ms_per_image_after"].items())
+               if sat.get("engine_own_ms_per_image_after") else "-") + " |",
             "| the same, batch mix / batches of 1 (one run, interleaved) | "
             + (f"{sat['engine_own_per_image_mix_vs_batch1']:.3f}" if "engine_own_per_image_mix_vs_batch1" in sat
                else "-") + " |",
@@ -690,6 +739,16 @@ def latency_table(meta: dict, phases: dict) -> list[str]:
 
 E2E_TARGET = 0.95
 AFTER_LAST_TARGET_US = (100.0, 500.0)
+
+
+def after_cell(n: int, e: dict) -> str:
+    """One size of `engine_own_ms_per_image_after` for the report: "3:
+    5.67 / 6.02" (wall, after the same size / another), with the CPU times
+    in brackets where recorded, and the batches behind each."""
+    def side(k: str) -> str:
+        cpu = f" ({e[k + '_cpu']:.2f})" if k + "_cpu" in e else ""
+        return f"{e[k]:.2f}{cpu}"
+    return f"{n}: {side('same')} / {side('other')} ({e['same_batches']} / {e['other_batches']} batches)"
 
 
 def ratio3(x: float) -> str:

@@ -157,7 +157,8 @@ class Captures(unittest.TestCase):
         self.assertEqual([r["request_id"] for r in rows], [1, 2, 9, 3, 4])
         self.assertEqual(rows[0], {"request_id": 1, "status": 0, "batch_size": 2, "latency_us": 5000,
                                    "rtt_wire_us": 5100.0, "t_ns": 10 * ms, "frag_span_us": 120.5,
-                                   "after_last_wire_us": None, "engine_own_us": None, "if_wait_us": None,
+                                   "after_last_wire_us": None, "engine_own_us": None, "engine_cpu_us": None,
+                                   "if_wait_us": None,
                                    "if_answer_us": None, "in_path_us": None, "out_path_us": None,
                                    "complete_ns": None, "batch_start_ns": None, "batch_end_ns": None})
         ok = bench_if.mark_engine_busy(rows)
@@ -346,6 +347,33 @@ class Phases(unittest.TestCase):
         res = bench_if.phase_stats(CLIENT, ok[3:], {1: 7.0, 2: 13.0, 4: 28.0}, {})
         self.assertNotIn("engine_own_per_image_mix_vs_batch1", res)
         self.assertEqual(bench_if.engine_per_image_in_if([]), {})
+
+    def test_the_engines_time_after_a_batch_of_the_same_size_or_of_another(self):
+        ms = 1_000_000
+
+        def batch(req, start_ms, n, own_ms, cpu_ms=None):
+            # One traced request per batch is enough: each batch counts once.
+            return dict(row(req, n, 9000, req, 0.0), batch_start_ns=start_ms * ms,
+                        batch_end_ns=(start_ms + own_ms) * ms, engine_own_us=own_ms * 1000.0,
+                        engine_cpu_us=None if cpu_ms is None else cpu_ms * 1000.0)
+        # Sizes 3, 3, 1, 1, 3, 1: a 3 after a 3 takes 15 ms (5 per image),
+        # after a 1 18 ms (6 per image); a 1 after a 1 5 ms, after a 3 7 ms
+        # of which 6 on the CPU.
+        seq = [batch(1, 0, 3, 15, 15), batch(2, 20, 3, 15, 15), batch(3, 40, 1, 7, 6), batch(4, 50, 1, 5, 5),
+               batch(5, 60, 3, 18, 17), batch(6, 80, 1, 7, 6)]
+        # The second request of the first batch: the same batch, counted once.
+        seq.append(dict(seq[0], request_id=7))
+        res = bench_if.engine_after_another_size(seq, least=1)["engine_own_ms_per_image_after"]
+        self.assertEqual(res[3], {"same": 5.0, "same_cpu": 5.0, "same_batches": 1,
+                                  "other": 6.0, "other_cpu": 17 / 3, "other_batches": 1})
+        self.assertEqual(res[1], {"same": 5.0, "same_cpu": 5.0, "same_batches": 1,
+                                  "other": 7.0, "other_cpu": 6.0, "other_batches": 2})
+        self.assertEqual(bench_if.after_cell(1, res[1]), "1: 5.00 (5.00) / 7.00 (6.00) (1 / 2 batches)")
+        # Too few batches on a side: left out; none left: no entry.
+        self.assertEqual(bench_if.engine_after_another_size(seq, least=2), {})
+        # Without CPU times the wall times stand alone.
+        res = bench_if.engine_after_another_size([dict(r, engine_cpu_us=None) for r in seq], least=1)
+        self.assertNotIn("same_cpu", res["engine_own_ms_per_image_after"][3])
 
     def test_engine_idle_between_batches_with_a_request_complete_or_none(self):
         def traced(req, start, end, complete):

@@ -85,3 +85,48 @@ fn a_bad_gap_is_refused_with_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("doze") && err.contains("sleep"), "{err}");
 }
+
+#[test]
+fn a_cycle_runs_the_sizes_in_turn_and_says_what_ran_before() {
+    let out = engine_bench(&[
+        "--batches",
+        "2,1,1",
+        "--warmup",
+        "1",
+        "--iterations",
+        "3",
+        "--cycle",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // One line per position: 2 after the last 1, 1 after 2, 1 after 1.
+    let pairs: Vec<(u64, u64)> = lines
+        .iter()
+        .map(|l| (l["batch"].as_u64().unwrap(), l["after"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(pairs, [(2, 1), (1, 2), (1, 1)], "{stdout}");
+    for l in &lines {
+        // Three rounds, each position once per round.
+        assert_eq!(l["iterations"], 3, "{l}");
+        // The thread's CPU time per batch: on the CPU, no more than the
+        // wall time (a pinned engine thread is never off it for long).
+        let cpu = l["cpu_ms"]["median"].as_f64().unwrap();
+        let wall = l["latency_ms"]["median"].as_f64().unwrap();
+        assert!(cpu > 0.0 && cpu <= wall * 1.01 + 0.01, "{l}");
+    }
+    // Without --cycle: no `after`, no CPU times, as before.
+    let out = engine_bench(&["--batches", "1", "--warmup", "1", "--iterations", "2"]);
+    let line = last_json_line(&out);
+    assert!(
+        line.get("after").is_none() && line.get("cpu_ms").is_none(),
+        "{line}"
+    );
+}

@@ -23,6 +23,14 @@
 //! blocking as an IF's inference thread does between requests, or `spin`):
 //! the cost of a batch that finds the engine cold, which is what every
 //! batch is at low load, measured without the platform around it.
+//!
+//! `--cycle` runs the sizes of `--batches` in turn, one batch each, round
+//! after round (`--batches 3,1 --cycle`: a batch of 3, one of 1, one of 3,
+//! ...): what each size costs right after another, as in an IF whose batch
+//! sizes vary, against what it costs back to back. Each line then also
+//! says which size ran before (`after`) and the thread's CPU time per
+//! batch (`cpu_ms`), so that a batch that runs slower after another one
+//! shows whether the extra was work or waiting.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -82,6 +90,12 @@ struct Args {
     /// thread stays on its CPU, as a poll-mode thread would).
     #[arg(long, value_enum, default_value_t = GapMode::Sleep)]
     gap_mode: GapMode,
+    /// Run the sizes of --batches in turn, one batch each, round after
+    /// round, instead of one size after the other: each size follows the
+    /// one before it in the list (the first follows the last). --iterations
+    /// and --seconds then count rounds; one line per position of the list.
+    #[arg(long)]
+    cycle: bool,
 }
 
 /// How `--gap-ms` is spent.
@@ -187,49 +201,116 @@ fn run(args: Args) -> Result<()> {
     let mut output = vec![0f32; max_batch * info.output_elems()];
     let cpus = allowed_cpus();
 
-    let mut failure = None;
-    for &batch in &args.batches {
-        let inp = &input[..batch * elems];
-        let out = &mut output[..batch * info.output_elems()];
-        for _ in 0..args.warmup {
-            engine.infer_batch(inp, batch, out)?;
-        }
-        let mut samples: Vec<f64> = Vec::new();
-        let start = Instant::now();
-        let limit = seconds.map(Duration::from_secs_f64);
-        loop {
-            args.gap_mode.idle(gap);
-            let t0 = Instant::now();
-            if let Err(e) = engine.infer_batch(inp, batch, out) {
-                failure = Some(e);
-                break;
+    // Each position of the list: its size, the size before it, its
+    // batches' wall and CPU times (seconds), how long it was measured.
+    struct Measured {
+        batch: usize,
+        after: Option<usize>,
+        wall: Vec<f64>,
+        cpu: Vec<f64>,
+        total_s: f64,
+    }
+    let mut timed = |batch: usize, m: &mut Measured| -> Result<()> {
+        args.gap_mode.idle(gap);
+        let cpu0 = kp_os::affinity::thread_cpu_ns();
+        let t0 = Instant::now();
+        let result = engine.infer_batch(
+            &input[..batch * elems],
+            batch,
+            &mut output[..batch * info.output_elems()],
+        );
+        let wall = t0.elapsed().as_secs_f64();
+        let cpu = kp_os::affinity::thread_cpu_ns().saturating_sub(cpu0) as f64 / 1e9;
+        result.with_context(|| format!("batch {batch}"))?;
+        m.wall.push(wall);
+        m.cpu.push(cpu);
+        Ok(())
+    };
+    let limit = seconds.map(Duration::from_secs_f64);
+    let enough = |n: u64, start: Instant| {
+        iterations.is_some_and(|it| n >= it)
+            || (limit.is_some_and(|l| start.elapsed() >= l) && n >= args.min_iterations.max(1))
+    };
+    let sizes = &args.batches;
+    let mut measured: Vec<Measured> = (0..sizes.len())
+        .map(|i| Measured {
+            batch: sizes[i],
+            after: args
+                .cycle
+                .then(|| sizes[(i + sizes.len() - 1) % sizes.len()]),
+            wall: Vec::new(),
+            cpu: Vec::new(),
+            total_s: 0.0,
+        })
+        .collect();
+    let outcome = (|| -> Result<()> {
+        if args.cycle {
+            let mut scratch = Measured {
+                batch: 0,
+                after: None,
+                wall: Vec::new(),
+                cpu: Vec::new(),
+                total_s: 0.0,
+            };
+            for _ in 0..args.warmup {
+                for &batch in sizes {
+                    timed(batch, &mut scratch)?;
+                }
             }
-            samples.push(t0.elapsed().as_secs_f64());
-            let n = samples.len() as u64;
-            if iterations.is_some_and(|it| n >= it) {
-                break;
+            let start = Instant::now();
+            let mut rounds = 0;
+            while !enough(rounds, start) {
+                for m in measured.iter_mut() {
+                    timed(m.batch, m)?;
+                }
+                rounds += 1;
             }
-            if limit.is_some_and(|l| start.elapsed() >= l) && n >= args.min_iterations.max(1) {
-                break;
+            let total_s = start.elapsed().as_secs_f64();
+            for m in measured.iter_mut() {
+                m.total_s = total_s;
             }
-        }
-        if let Some(e) = failure.take() {
-            engine.deinit();
-            bail!("batch {batch}: {e}");
-        }
-        let total_s = start.elapsed().as_secs_f64();
-        let n = samples.len();
-        // With a gap the wall clock also holds the idling: count the
-        // batches' own time only.
-        let busy_s = if gap.is_zero() {
-            total_s
         } else {
-            samples.iter().sum()
+            for m in measured.iter_mut() {
+                let mut scratch = Measured {
+                    batch: 0,
+                    after: None,
+                    wall: Vec::new(),
+                    cpu: Vec::new(),
+                    total_s: 0.0,
+                };
+                for _ in 0..args.warmup {
+                    timed(m.batch, &mut scratch)?;
+                }
+                let start = Instant::now();
+                while !enough(m.wall.len() as u64, start) {
+                    timed(m.batch, m)?;
+                }
+                m.total_s = start.elapsed().as_secs_f64();
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = outcome {
+        engine.deinit();
+        return Err(e);
+    }
+    for m in measured {
+        let batch = m.batch;
+        let n = m.wall.len();
+        // With a gap or in a cycle the wall clock also holds other time:
+        // count the batches' own time only.
+        let busy_s = if gap.is_zero() && !args.cycle {
+            m.total_s
+        } else {
+            m.wall.iter().sum()
         };
+        let mut samples = m.wall;
         samples.sort_by(f64::total_cmp);
+        let mut cpu = m.cpu;
+        cpu.sort_by(f64::total_cmp);
         let ms = |s: f64| (s * 1e6).round() / 1e3;
         let median = quantile(&samples, 0.5);
-        let line = json!({
+        let mut line = json!({
             "kind": "engine_bench",
             "model": model.name,
             "engine": engine.name(),
@@ -240,7 +321,7 @@ fn run(args: Args) -> Result<()> {
             "gap_ms": args.gap_ms,
             "gap_mode": args.gap_mode.name(),
             "iterations": n,
-            "seconds": (total_s * 1e3).round() / 1e3,
+            "seconds": (m.total_s * 1e3).round() / 1e3,
             "latency_ms": {
                 "median": ms(median),
                 "p90": ms(quantile(&samples, 0.9)),
@@ -254,6 +335,13 @@ fn run(args: Args) -> Result<()> {
             "images_per_s_total": round1((batch * n) as f64 / busy_s),
             "model_load_s": (load_s * 1e3).round() / 1e3,
         });
+        if let Some(after) = m.after {
+            line["after"] = json!(after);
+            line["cpu_ms"] = json!({
+                "median": ms(quantile(&cpu, 0.5)),
+                "p90": ms(quantile(&cpu, 0.9)),
+            });
+        }
         println!("{line}");
     }
     engine.deinit();

@@ -79,7 +79,23 @@
 //! that ratcheted the plan from batches of 1 to batches of 4–8, 3–5% dearer
 //! per image. So where a full batch of the planned size is queued and a
 //! smaller measured size has not run for [`SIZE_STALE_NS`], that size runs
-//! once, and what it measures restarts its estimate.
+//! twice in a row (below), and what the second measures restarts its
+//! estimate.
+//!
+//! **Switching sizes.** An engine's batch can cost more right after a batch
+//! of another size than back to back: ONNX Runtime's squeezenet on the
+//! Intel Xeon VM, alone (`kp-engine-bench --cycle`), ran a batch of 1 in
+//! 5.39 ms back to back, 5.67 after a batch of 2, 5.90 after 3, 6.04 after
+//! 4, all of it on the CPU; inside kp-if, saturated, 5.51 ms of CPU after a
+//! batch of 1 and 6.05 after another size. The plan is about the size that
+//! then runs back to back, so only a batch that followed one of the same
+//! size teaches its size's estimate (or the first batch of a size not
+//! measured yet); every other batch still counts for the line, the tail
+//! factor and the regime changes. A size run only as a probe after bigger
+//! batches was otherwise learnt 10% dearer than it is, and the plan stayed
+//! at batches of 2–3 (docs/PERFORMANCE-JOURNAL.md, 6 December, second).
+//! An exploration or a probe therefore runs its size twice in a row where
+//! the queue allows.
 //!
 //! **Batch choice.** The feasible batches are those (at most `max_batch`)
 //! with `2 · cost(n) ≤ budget`, and batch 1 always. `best` is the highest
@@ -690,6 +706,10 @@ pub struct BatchPolicy {
     samples_in_regime: u64,
     target: usize,
     explore: Option<usize>,
+    /// A size just run as an exploration or a probe, to run once more
+    /// right after it: the second batch of a size is what it costs back to
+    /// back (module doc, "Switching sizes").
+    repeat: Option<usize>,
     /// The head of the queue the policy last held back, by its arrival
     /// time, and until when: a head is held back once (module doc).
     waiting: Option<(u64, u64)>,
@@ -739,6 +759,7 @@ impl BatchPolicy {
             samples_in_regime: 0,
             target: 1,
             explore: None,
+            repeat: None,
             waiting: None,
             rate: RateEstimator::default(),
             tail: [0.0; TAIL_WINDOW],
@@ -1026,17 +1047,27 @@ impl BatchPolicy {
             return self.dispatch(if n == 0 { q.min(limit) } else { n }, q);
         }
         let n = n_fit.min(limit);
+        // The second batch of an exploration or a probe, where it still
+        // fits.
+        if let Some(r) = self.repeat.take() {
+            if r != n && r <= n_fit && r <= q {
+                self.stats.explorations += 1;
+                return self.dispatch(r, q);
+            }
+        }
         if let Some(e) = self.explore {
             if e != n && e <= n_fit {
                 self.stats.explorations += 1;
+                self.repeat = Some(e);
                 return self.dispatch(e, q);
             }
         }
         // A full batch is queued and a smaller size's estimate is stale:
-        // run that size once (module doc, "Probes").
+        // run that size twice (module doc, "Probes").
         if q >= limit {
             if let Some(p) = self.stale_below(now_ns, n) {
                 self.stats.explorations += 1;
+                self.repeat = Some(p);
                 return self.dispatch(p, q);
             }
         }
@@ -1252,7 +1283,7 @@ impl BatchPolicy {
                 self.fit.add(decay, pn as f64, py);
                 self.samples_in_regime = 1;
                 self.max_seen = pn;
-                self.measured(pn, py, now_ns);
+                self.measured(pn, py, false, now_ns);
             }
         } else if let Some(r) = ratio {
             self.add_tail_ratio(r);
@@ -1272,7 +1303,8 @@ impl BatchPolicy {
             self.wall_per_cpu + WALL_PER_CPU_WEIGHT * (stretch - self.wall_per_cpu)
         };
         self.fit.add(decay, n as f64, cost);
-        self.measured(n, cost, now_ns);
+        let after_other = self.prev.is_some_and(|(pn, _, _)| pn != n);
+        self.measured(n, cost, after_other, now_ns);
         self.samples_in_regime += 1;
         self.max_seen = self.max_seen.max(n);
         self.prev = Some((n, cost, if changed { 0 } else { side }));
@@ -1356,9 +1388,15 @@ impl BatchPolicy {
     /// per-size estimates: the running mean of its first five, then an
     /// average with weight 0.2 on the newest (about the last five batches
     /// of that size). An estimate older than [`SIZE_STALE_NS`] counts as
-    /// one sample: what a probe measures now outweighs it.
-    fn measured(&mut self, n: usize, exec: f64, now_ns: u64) {
+    /// one sample: what a probe measures now outweighs it. A batch that
+    /// followed one of another size (`after_other`) says what its size
+    /// costs right after a switch, not back to back (module doc,
+    /// "Switching sizes"): it counts only for a size not measured yet.
+    fn measured(&mut self, n: usize, exec: f64, after_other: bool, now_ns: u64) {
         if let Some(s) = self.sizes.get_mut(n) {
+            if after_other && s.seen > 0 {
+                return;
+            }
             if s.is_stale(now_ns) {
                 s.seen = 1;
             }

@@ -66,6 +66,11 @@ struct Engine {
     convex: f64,
     spike_p: f64,
     spike: f64,
+    /// A batch right after a bigger one costs `1 + switch·min(bigger − n,
+    /// 3)` times as much (0: nothing): ONNX Runtime on the Intel Xeon VM,
+    /// squeezenet alone (`kp-engine-bench --cycle`): a batch of 1 5.39 ms
+    /// back to back, 5.67 after a batch of 2, 5.90 after 3, 6.04 after 4.
+    switch: f64,
 }
 
 impl Engine {
@@ -77,7 +82,20 @@ impl Engine {
             convex: 0.0,
             spike_p: 0.0,
             spike: 1.0,
+            switch: 0.0,
         }
+    }
+
+    /// The same engine, a batch right after a bigger one dearer by
+    /// `switch` per size of difference (at most 3).
+    fn switching(self, switch: f64) -> Self {
+        Engine { switch, ..self }
+    }
+
+    /// What a batch of `n` costs right after one of `prev`, relative to
+    /// back to back.
+    fn switch_factor(&self, prev: usize, n: usize) -> f64 {
+        1.0 + self.switch * prev.saturating_sub(n).min(3) as f64
     }
 
     /// The same engine, a batch taking `factor` times as long with
@@ -164,6 +182,8 @@ struct Sim {
     /// Whether the policy is given each batch's CPU time
     /// ([`BatchPolicy::on_batch_done_on_cpu`]) or only its wall time.
     cpu_clock: bool,
+    /// The size of the batch that ran last (0: none yet).
+    last_n: usize,
 }
 
 impl Sim {
@@ -197,6 +217,7 @@ impl Sim {
             spells: None,
             fragment_ns: 0,
             cpu_clock: false,
+            last_n: 0,
         }
     }
 
@@ -308,6 +329,8 @@ impl Sim {
                         exec = (exec as f64 * factor).round() as u64;
                     }
                 }
+                exec = (exec as f64 * self.engine.switch_factor(self.last_n, batch)).round() as u64;
+                self.last_n = batch;
                 // The fragments of what arrives meanwhile preempt the
                 // engine's thread on a shared core.
                 let ends = self.now + exec;
@@ -503,6 +526,61 @@ fn learns_costs_on_the_cpu_clock_and_predicts_wall_time() {
     }
     assert_eq!(r.wall_per_cpu(), 1.0);
     assert!((r.predicted_ns(&r.cost_model().unwrap(), 2) - 12.0 * MS as f64).abs() < 1e3);
+}
+
+/// A batch right after one of another size costs what a switch costs, not
+/// what its size costs back to back (module doc, "Switching sizes"): it
+/// teaches a size not measured yet, nothing else; a probe runs its size
+/// twice, and the second batch is learnt.
+#[test]
+fn learns_a_size_from_batches_after_the_same_size_and_probes_twice() {
+    let mut p = BatchPolicy::new(BatchConfig::new(100 * MS)).unwrap();
+    for i in 0..5 {
+        p.on_batch_done(1, 5 * MS, 10 * MS, i * MS);
+    }
+    // The first batch of 3, after the 1s: the only news of its size.
+    p.on_batch_done(3, 18 * MS, 20 * MS, 10 * MS);
+    let m = p.cost_model().unwrap();
+    assert_eq!(p.predicted_ns(&m, 3), 18.0 * MS as f64);
+    // A 1 after the 3, dearer: a switch, not learnt.
+    p.on_batch_done(1, 6 * MS, 10 * MS, 20 * MS);
+    let m = p.cost_model().unwrap();
+    assert_eq!(p.predicted_ns(&m, 1), 5.0 * MS as f64);
+    // The next 1, after a 1: learnt, with the weight of a sixth sample
+    // (at least 0.2).
+    p.on_batch_done(1, 5_500_000, 10 * MS, 30 * MS);
+    let m = p.cost_model().unwrap();
+    assert!((p.predicted_ns(&m, 1) - 5.1 * MS as f64).abs() < 1.0);
+    // A 3 after the 1s: a switch again, its estimate stays.
+    p.on_batch_done(3, 20 * MS, 25 * MS, 40 * MS);
+    let m = p.cost_model().unwrap();
+    assert_eq!(p.predicted_ns(&m, 3), 18.0 * MS as f64);
+
+    // Probes: a policy planning batches of 4 whose batch of 1 was last
+    // measured more than SIZE_STALE_NS ago runs 1 twice when a full batch
+    // is queued, and learns from the second.
+    let mut p = trained(100, 8, 1);
+    let limit = p.batch_limit();
+    assert!(limit >= 4, "limit {limit}");
+    let now = 2 * SIZE_STALE_NS;
+    let queue: Vec<u64> = (0..limit as u64).map(|i| now - 1_000 + i).collect();
+    assert_eq!(p.decide(now, &queue, true), Decision::Dispatch { batch: 1 });
+    // The probe ran slow after the bigger batches: a switch, not learnt.
+    p.on_batch_done(1, 12 * MS, 12 * MS, now + 12 * MS);
+    let t = now + 12 * MS;
+    let queue: Vec<u64> = (0..limit as u64).map(|i| t - 1_000 + i).collect();
+    assert_eq!(p.decide(t, &queue, true), Decision::Dispatch { batch: 1 });
+    let m = p.cost_model().unwrap();
+    assert_eq!(p.predicted_ns(&m, 1), 9.0 * MS as f64);
+    // The second, after a 1: it restarts the stale estimate (one old
+    // sample and this one).
+    p.on_batch_done(1, 8 * MS, 8 * MS, t + 8 * MS);
+    let m = p.cost_model().unwrap();
+    assert!((p.predicted_ns(&m, 1) - 8.5 * MS as f64).abs() < 1.0);
+    // Batch 1 is fresh now; the next stale size below the plan is 2.
+    let t = t + 8 * MS;
+    let queue: Vec<u64> = (0..limit as u64).map(|i| t - 1_000 + i).collect();
+    assert_eq!(p.decide(t, &queue, true), Decision::Dispatch { batch: 2 });
 }
 
 #[test]
@@ -843,10 +921,14 @@ fn saturated_closed_loop(
 /// 2.1–4.4 over five seeds, 2–4% below batch 1's rate (batches of 5–6 in
 /// some live runs). With [`BEST_MARGIN`] and the probes of stale sizes,
 /// over 30 seeds: 0.983 of batch 1's rate on average (the worst seed
-/// 0.976), mean batches of 2.03 (at most 2.36). Before a target of 1
+/// 0.976), mean batches of 2.03 (at most 2.36); before a target of 1
 /// stopped exploring 2 over a window of 2s (`BatchPolicy::neighbour`) the
-/// same: 0.983 (worst 0.977), 2.00 (at most 2.44); a seed's rate moves by
-/// ±0.5% with its draw, so the bar is on the 30 together.
+/// same: 0.983 (worst 0.977), 2.00 (at most 2.44). A seed's rate moves by
+/// ±0.5% with its draw, so the bar is on the 30 together. Learning each
+/// size only from batches after the same size (module doc, "Switching
+/// sizes") costs a little here, on an engine without a switching cost,
+/// where it halves the samples: 0.981 (worst 0.971), 2.20 (at most 2.54);
+/// where switching costs, it gains (the next test, and bench-if).
 #[test]
 fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
     let engine = Engine::new(0.0, 5.1, 0.1).convex(0.009).spiky(0.1, 1.3);
@@ -869,7 +951,7 @@ fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
     );
     assert!(mean(&rates) >= 0.98, "{rates:?}");
     assert!(worst_rate >= 0.97, "{rates:?}");
-    assert!(mean(&batches) <= 2.2 && largest_batch <= 2.5, "{batches:?}");
+    assert!(mean(&batches) <= 2.3 && largest_batch <= 2.7, "{batches:?}");
 }
 
 /// The same closed loop on a steadier engine (±6%, one batch in ten 1.2
@@ -909,15 +991,16 @@ fn probes_smaller_sizes_so_that_a_slow_spell_does_not_ratchet_the_batch_up() {
 /// squeezenet's 147 fragments cost on the Intel Xeon VM, with wake-ups).
 /// In a closed loop those are the previous batch's replacements, so a
 /// batch of 1 after a batch of 3 runs 1.2 ms longer than after a batch of
-/// 1: on wall times batch 1 looks dearer than it is (live, on that VM, the
-/// plan then ran batches of 3: docs/PERFORMANCE-JOURNAL.md, 6 December).
-/// Given each batch's CPU time, the policy ranks the sizes on the engine's
-/// own cost. Over six seeds: batches of 1.31–1.34 on average and
-/// 172.7–173.3/s on CPU times, 1.40–1.59 and 169.4–172.6/s on wall times
-/// (batch 1 back to back: 176.9/s; the rest is the neighbour explored to
-/// keep the slope known).
+/// one. Given each batch's CPU time, the policy learns the engine's own
+/// costs, and predicts them times the wall / CPU time it sees. Over six
+/// seeds: batches of 1.34–1.36 on average, 172.3–173.0/s (batch 1 back to
+/// back: 176.9/s; the rest is the neighbour explored to keep the slope
+/// known), and no worse than on wall times, where the switching rule
+/// (module doc, "Switching sizes") already keeps a batch of 1 after a
+/// batch of 3 out of the estimates (before it, on wall times: batches of
+/// 1.40–1.59, 169.4–172.6/s).
 #[test]
-fn ranks_batch_sizes_on_cpu_time_where_the_fragments_share_the_core() {
+fn serves_near_batch_1_where_the_fragments_share_the_core() {
     let engine = Engine::new(0.0, 5.15, 0.05).convex(0.05).spiky(0.1, 1.2);
     // Batch 1 back to back: each batch preempted by one request's fragments.
     let batch_1 = 1e9 / (engine.mean_ns(1) + 0.4e6);
@@ -937,10 +1020,7 @@ fn ranks_batch_sizes_on_cpu_time_where_the_fragments_share_the_core() {
              wall/cpu {rho:.3}; on wall time {wall_goodput:.1}/s, mean batch {wall_batch:.2}; \
              batch 1 alone {batch_1:.1}/s"
         );
-        assert!(
-            mean_batch <= 1.4 && mean_batch < wall_batch,
-            "seed {seed}: mean batch {mean_batch} on CPU time, {wall_batch} on wall time"
-        );
+        assert!(mean_batch <= 1.4, "seed {seed}: mean batch {mean_batch}");
         assert!(
             goodput >= 0.97 * batch_1,
             "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
@@ -952,9 +1032,47 @@ fn ranks_batch_sizes_on_cpu_time_where_the_fragments_share_the_core() {
         on_wall_total += wall_goodput;
     }
     assert!(
-        on_cpu_total >= 1.005 * on_wall_total,
+        on_cpu_total >= 0.995 * on_wall_total,
         "{on_cpu_total} on CPU time vs {on_wall_total} on wall time"
     );
+}
+
+/// The saturated closed loop on an engine like the VM's inside kp-if: a
+/// batch of 1 5.15 ms back to back and each bigger batch 2% dearer per
+/// image and extra request, ±5%, one batch in ten 1.2 times as long, and
+/// a batch right after a bigger one 5% dearer per size of difference
+/// (`Engine::switching`), the fragments on the engine's core. Batch 1
+/// back to back is best; the sizes run only as explorations or probes
+/// after others cost more there. Over 30 seeds with the switching rule:
+/// 0.978 of batch 1's rate on average (worst 0.973), mean batches 1.53
+/// (at most 1.60); learning from every batch: 0.975 (worst 0.965), 1.58
+/// (at most 1.84).
+#[test]
+fn a_switch_between_sizes_is_not_learnt_as_the_sizes_cost() {
+    let engine = Engine::new(0.0, 5.15, 0.05)
+        .convex(0.02)
+        .spiky(0.1, 1.2)
+        .switching(0.05);
+    let batch_1 = 1e9 / (engine.mean_ns(1) + 0.4e6);
+    let (mut rates, mut batches) = (Vec::new(), Vec::new());
+    for seed in 1..=30 {
+        let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, |sim| {
+            sim.fragment_ns = 400_000;
+            sim.cpu_clock = true;
+        });
+        assert_eq!(sim.shed, 0);
+        rates.push(goodput / batch_1);
+        batches.push(mean_batch);
+    }
+    let mean = rates.iter().sum::<f64>() / 30.0;
+    let largest = batches.iter().copied().fold(0.0, f64::max);
+    eprintln!(
+        "switching, 30 seeds: {mean:.4} of batch 1's rate, the worst {:.4}; mean batch {:.2}, the largest {largest:.2}",
+        rates.iter().copied().fold(f64::MAX, f64::min),
+        batches.iter().sum::<f64>() / 30.0
+    );
+    assert!(mean >= 0.975, "{rates:?}");
+    assert!(largest <= 1.7, "{batches:?}");
 }
 
 /// Simulation of overload: constant 800/s against an engine that serves at

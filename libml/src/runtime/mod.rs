@@ -1040,7 +1040,7 @@ fn inference_loop<'p>(
             if let Some(t) = trace.as_deref_mut() {
                 let sent = now_ns();
                 for r in queue.iter().take(shed) {
-                    t.record(span_of(r, Status::Overloaded, 0, now, now, sent));
+                    t.record(span_of(r, Status::Overloaded, 0, (now, now, 0), sent));
                 }
             }
             for r in queue.drain(..shed) {
@@ -1184,7 +1184,8 @@ fn inference_loop<'p>(
                 Status::Internal
             };
             for r in &batch {
-                t.record(span_of(r, status, n as u16, started, finished, sent));
+                let cpu = if on_calling_thread { on_cpu_ns } else { 0 };
+                t.record(span_of(r, status, n as u16, (started, finished, cpu), sent));
             }
         }
         for r in batch.drain(..) {
@@ -1336,7 +1337,13 @@ fn idle_until_rung(
 
 /// A request's trace record, answered with `status` after its batch of `n`
 /// ran from `start` to `end` and its answer was sent at `sent`.
-fn span_of(r: &Ready<'_>, status: Status, n: u16, start: u64, end: u64, sent: u64) -> RequestSpan {
+fn span_of(
+    r: &Ready<'_>,
+    status: Status,
+    n: u16,
+    (start, end, batch_cpu_ns): (u64, u64, u64),
+    sent: u64,
+) -> RequestSpan {
     RequestSpan {
         request_id: r.reply.request_id,
         send_ts_ns: r.reply.send_ts_ns,
@@ -1348,6 +1355,7 @@ fn span_of(r: &Ready<'_>, status: Status, n: u16, start: u64, end: u64, sent: u6
         start_ns: start,
         end_ns: end,
         sent_ns: sent,
+        batch_cpu_ns,
     }
 }
 

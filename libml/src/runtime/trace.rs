@@ -57,6 +57,12 @@ pub struct RequestSpan {
     pub end_ns: u64,
     /// Its answer was on the TX ring (with the rest of its batch's).
     pub sent_ns: u64,
+    /// Of its batch's `end_ns − start_ns`, how long the inference thread
+    /// was on the CPU (its CPU clock), for an engine that computes on that
+    /// thread (`Framework::runs_on_calling_thread`); 0 where not measured.
+    /// The difference is time the thread was preempted (on a core shared
+    /// with the fragment thread: the fragments that arrived meanwhile).
+    pub batch_cpu_ns: u64,
 }
 
 impl RequestSpan {
@@ -70,7 +76,8 @@ impl RequestSpan {
         writeln!(
             out,
             "{{\"request_id\":{},\"send_ts_ns\":{},\"src_port\":{},\"status\":{},\"batch\":{},\
-             \"first_seen_ns\":{},\"complete_ns\":{},\"start_ns\":{},\"end_ns\":{},\"sent_ns\":{}}}",
+             \"first_seen_ns\":{},\"complete_ns\":{},\"start_ns\":{},\"end_ns\":{},\"sent_ns\":{},\
+             \"batch_cpu_ns\":{}}}",
             self.request_id,
             self.send_ts_ns,
             self.src_port,
@@ -80,7 +87,8 @@ impl RequestSpan {
             self.complete_ns,
             self.start_ns,
             self.end_ns,
-            self.sent_ns
+            self.sent_ns,
+            self.batch_cpu_ns
         )
     }
 }
@@ -148,6 +156,7 @@ mod tests {
             start_ns: 30,
             end_ns: 40,
             sent_ns: 50,
+            batch_cpu_ns: 35,
         }
     }
 
@@ -197,6 +206,7 @@ mod tests {
             ("start_ns", 30),
             ("end_ns", 40),
             ("sent_ns", 50),
+            ("batch_cpu_ns", 35),
         ] {
             assert_eq!(first[k], v, "{k}");
         }
