@@ -203,6 +203,7 @@ fn run(args: Args) -> Result<()> {
 
     // Each position of the list: its size, the size before it, its
     // batches' wall and CPU times (seconds), how long it was measured.
+    #[derive(Default)]
     struct Measured {
         batch: usize,
         after: Option<usize>,
@@ -238,20 +239,12 @@ fn run(args: Args) -> Result<()> {
             after: args
                 .cycle
                 .then(|| sizes[(i + sizes.len() - 1) % sizes.len()]),
-            wall: Vec::new(),
-            cpu: Vec::new(),
-            total_s: 0.0,
+            ..Measured::default()
         })
         .collect();
     let outcome = (|| -> Result<()> {
         if args.cycle {
-            let mut scratch = Measured {
-                batch: 0,
-                after: None,
-                wall: Vec::new(),
-                cpu: Vec::new(),
-                total_s: 0.0,
-            };
+            let mut scratch = Measured::default();
             for _ in 0..args.warmup {
                 for &batch in sizes {
                     timed(batch, &mut scratch)?;
@@ -271,13 +264,7 @@ fn run(args: Args) -> Result<()> {
             }
         } else {
             for m in measured.iter_mut() {
-                let mut scratch = Measured {
-                    batch: 0,
-                    after: None,
-                    wall: Vec::new(),
-                    cpu: Vec::new(),
-                    total_s: 0.0,
-                };
+                let mut scratch = Measured::default();
                 for _ in 0..args.warmup {
                     timed(m.batch, &mut scratch)?;
                 }

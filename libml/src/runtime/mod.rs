@@ -1135,12 +1135,9 @@ fn inference_loop<'p>(
         let finished = now_ns();
         let exec_ns = finished.saturating_sub(started);
         // Of which on the CPU (the rest: preempted, by the fragment thread
-        // on a shared core); without a CPU clock to read, all of it.
-        let on_cpu_ns = if on_calling_thread {
-            kp_os::affinity::thread_cpu_ns().saturating_sub(cpu_started)
-        } else {
-            exec_ns
-        };
+        // on a shared core); `None` without a CPU clock to read.
+        let batch_cpu_ns =
+            on_calling_thread.then(|| kp_os::affinity::thread_cpu_ns().saturating_sub(cpu_started));
         if let Some(p) = predicted {
             answer_window.record(p, exec_ns, idle);
         }
@@ -1183,8 +1180,8 @@ fn inference_loop<'p>(
             } else {
                 Status::Internal
             };
+            let cpu = batch_cpu_ns.unwrap_or(0);
             for r in &batch {
-                let cpu = if on_calling_thread { on_cpu_ns } else { 0 };
                 t.record(span_of(r, status, n as u16, (started, finished, cpu), sent));
             }
         }
@@ -1201,6 +1198,7 @@ fn inference_loop<'p>(
         // Refusals while the batch ran count for the admission limit set
         // below, not only for the next shedding.
         policy.note_refused(admission.refused_ns.load(Ordering::Relaxed));
+        let on_cpu_ns = batch_cpu_ns.unwrap_or(exec_ns);
         let report = policy.on_batch_done_on_cpu(n, exec_ns, on_cpu_ns, worst, finished);
         match report {
             Some(ProvisioningReport::Under { .. }) => counters.under_reports += 1,
