@@ -701,7 +701,7 @@ impl Loop<'_> {
                     }
                     let scheduled = next_at;
                     next_at += Duration::from_secs_f64(gap(arrival, rate, &mut rng));
-                    scheduled
+                    Some(scheduled)
                 }
                 Load::Closed { concurrency } => {
                     while self.in_flight() >= concurrency {
@@ -713,8 +713,10 @@ impl Loop<'_> {
                         });
                         self.collect(wait);
                     }
-                    // Sent as soon as a slot is free: no schedule to lag.
-                    Instant::now()
+                    // Sent as soon as a slot is free: no schedule to lag
+                    // (not the clock read here: a preemption before the send
+                    // would count as lag).
+                    None
                 }
             };
             if self.stopping(i, start) {
@@ -736,12 +738,12 @@ impl Loop<'_> {
         }
     }
 
-    /// Sends one request scheduled at `scheduled`. Its timeout counts from
-    /// `scheduled`, as its round trip: a request sent late by its lag has
-    /// that much less time.
-    fn submit(&mut self, payload: &[u8], scheduled: Instant) -> Result<(), ClientError> {
+    /// Sends one request scheduled at `scheduled` (`None`: now, no
+    /// schedule). Its timeout counts from `scheduled`, as its round trip: a
+    /// request sent late by its lag has that much less time.
+    fn submit(&mut self, payload: &[u8], scheduled: Option<Instant>) -> Result<(), ClientError> {
         let now = Instant::now();
-        let from = self.tally.sent(scheduled, now);
+        let from = self.tally.sent(scheduled.unwrap_or(now), now);
         let timeout = self
             .cfg
             .timeout
