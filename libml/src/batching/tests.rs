@@ -572,11 +572,11 @@ fn learns_a_size_from_batches_after_the_same_size_and_probes_twice() {
     assert_eq!(p.decide(t, &queue, true), Decision::Dispatch { batch: 1 });
     let m = p.cost_model().unwrap();
     assert_eq!(p.predicted_ns(&m, 1), 9.0 * MS as f64);
-    // The second, after a 1: it restarts the stale estimate (one old
-    // sample and this one).
+    // The second, after a 1: below the target, it replaces the stale
+    // estimate.
     p.on_batch_done(1, 8 * MS, 8 * MS, t + 8 * MS);
     let m = p.cost_model().unwrap();
-    assert!((p.predicted_ns(&m, 1) - 8.5 * MS as f64).abs() < 1.0);
+    assert!((p.predicted_ns(&m, 1) - 8.0 * MS as f64).abs() < 1.0);
     // Batch 1 is fresh now; the next stale size below the plan is 2.
     let t = t + 8 * MS;
     let queue: Vec<u64> = (0..limit as u64).map(|i| t - 1_000 + i).collect();
@@ -622,11 +622,11 @@ fn admission_limit_is_what_misses_the_slo_by_more_than_a_batch() {
     let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
     let k = (100e6 / cost).floor() as usize + 2;
     assert_eq!(p.admission_limit(), Some(p.batch_limit() * k));
-    // Under pressure (a request shed within the last SLO) admission
+    // Under pressure (a request refused within the last SLO) admission
     // refuses what would end past the SLO with the running batch half done
     // and one batch among those ahead running slow.
     let now = 200 * MS;
-    assert_eq!(p.shed(now, &[0]), 1, "200 ms old: past its SLO");
+    p.note_refused(now);
     assert!(p.under_pressure(now));
     let n = p.batch_limit();
     let cost = p.predicted_ns(&p.cost_model().unwrap(), n);
@@ -637,7 +637,7 @@ fn admission_limit_is_what_misses_the_slo_by_more_than_a_batch() {
     assert_eq!(p.admission_limit(), Some(p.batch_limit() * k));
     assert!((k as f64 - 0.5) * cost + (tau - 1.0) * cost <= 100e6 * (1.0 + 1e-9));
     assert!((k as f64 + 0.5) * cost + (tau - 1.0) * cost > 100e6);
-    // A batch that ends more than an SLO after the last shed relaxes it.
+    // A batch that ends more than an SLO after the last refusal relaxes it.
     let later = now + 100 * MS + 2;
     assert!(!p.under_pressure(later));
     let cost = p.predicted_ns(&p.cost_model().unwrap(), p.batch_limit());
@@ -1226,16 +1226,19 @@ fn sheds_a_lone_request_on_the_tail_only_under_pressure() {
     let lone = [now - 28 * MS];
     assert!(!p.under_pressure(now));
     assert_eq!(p.shed_count(now, &lone), 0);
+    // A shed is no pressure; a refusal at admission is.
     assert_eq!(p.shed(now - 5 * MS, &[now - 50 * MS]), 1);
+    assert!(!p.under_pressure(now));
+    p.note_refused(now - 5 * MS);
     assert!(p.under_pressure(now));
     assert_eq!(p.shed_count(now, &lone), 1);
-    // An SLO after that shed, the pressure is off.
+    // An SLO after that refusal, the pressure is off.
     assert_eq!(p.shed_count(now + 36 * MS, &[now + 36 * MS - 28 * MS]), 0);
 }
 
 /// Pressure (module doc): a refusal at admission, which only the driver
-/// sees, counts for an SLO, as a shed does; 0 (no refusal yet) and a time
-/// older than the latest are ignored.
+/// sees, counts for an SLO; 0 (no refusal yet) and a time older than the
+/// latest are ignored.
 #[test]
 fn a_refusal_at_admission_is_pressure_for_an_slo() {
     let mut p = trained(40, 8, 1);
@@ -1249,33 +1252,40 @@ fn a_refusal_at_admission_is_pressure_for_an_slo() {
     assert!(!p.under_pressure(now + 40 * MS + 1), "an older refusal");
 }
 
-/// Pressure (module doc): a queue that has held requests for longer than
-/// an SLO without emptying, however it is served; a dispatch that takes
-/// the whole queue, or a shed that empties it, ends the backlog.
+/// Pressure (module doc): an arrival rate that asks for at least
+/// [`PRESSURE_LOAD`] of what the engine serves at the batch limit. A
+/// backlog or a shed at a lighter load is not pressure: at 35% of the
+/// engine's rate a slow batch leaves a queue, and counting it (or the sheds
+/// it causes) as pressure made the rules strict where they only fail more
+/// requests (`admission_and_shedding_lose_little_to_a_mean_cost_oracle`).
 #[test]
-fn a_backlog_that_does_not_empty_for_an_slo_is_pressure() {
-    let mut p = trained(40, 8, 1);
-    let t0 = 1_000 * MS;
-    // The engine busy, requests queued from t0 on.
-    assert_eq!(p.decide(t0, &[t0], false), Decision::Idle);
-    assert!(!p.under_pressure(t0 + 40 * MS));
-    assert!(p.under_pressure(t0 + 40 * MS + 1));
-    // The engine free: the whole queue goes, the backlog with it.
-    let now = t0 + 41 * MS;
-    assert!(matches!(
-        p.decide(now, &[now - MS], true),
-        Decision::Dispatch { batch: 1 }
-    ));
-    assert!(!p.under_pressure(now + 39 * MS));
-    // A backlog again, emptied by shedding all of it.
-    let t1 = now + MS;
-    assert_eq!(p.decide(t1, &[t1], false), Decision::Idle);
-    let late = t1 + 60 * MS;
-    assert_eq!(p.shed(late, &[t1]), 1);
-    assert!(
-        !p.under_pressure(late + 40 * MS + 1),
-        "no backlog left, the shed an SLO old"
-    );
+fn an_arrival_rate_near_the_engines_capacity_is_pressure() {
+    for (load, pressed) in [(0.8, false), (0.95, true)] {
+        let mut p = trained(40, 8, 1);
+        let m = p.cost_model().unwrap();
+        let n = p.batch_limit();
+        let per_request = p.predicted_ns(&m, n) / n as f64;
+        let gap = (per_request / load) as u64;
+        // Two seconds of arrivals, the engine busy: the queue builds and
+        // its arrivals give the rate.
+        let t0 = 1_000 * MS;
+        let mut queue = Vec::new();
+        for k in 0..(2_000 * MS / gap) {
+            let t = t0 + k * gap;
+            queue.push(t);
+            assert_eq!(p.decide(t, &queue, false), Decision::Idle);
+        }
+        let now = *queue.last().unwrap();
+        let rate = p.arrival_rate_per_s();
+        assert!(
+            (rate * per_request / 1e9 / load - 1.0).abs() < 0.02,
+            "{load}: {rate}/s"
+        );
+        assert_eq!(p.under_pressure(now), pressed, "{load} of the capacity");
+        // Shedding the head of that backlog does not make pressure.
+        assert!(p.shed(now, &queue) > 0);
+        assert_eq!(p.under_pressure(now), pressed, "{load}, after a shed");
+    }
 }
 
 #[test]
@@ -1414,36 +1424,57 @@ fn mean_cost_fifo_failures(
 /// which at most 1% of requests fail (shed, refused or late). The engine is
 /// the spread batch-of-one engine above (squeezenet on the 2-CPU VM,
 /// modelled), 4× SLO, requests arriving over 0.2–2 ms, admission on, at 35%
-/// and 45% of the engine's back-to-back rate. The policy must lose little
-/// to [`mean_cost_fifo_failures`], at most a quarter more (it fails 0.91%
-/// and 2.35%, the reference 0.80% and 1.97%): with the strict rules at all
-/// times (module doc, "Pressure") it failed 1.47% and 3.14%, and so met the
-/// 1% rule at about 32% of the rate where the reference meets it at 37%.
+/// and 45% of the engine's back-to-back rate, 20 seeds of 120 s. The policy
+/// must lose little to [`mean_cost_fifo_failures`], at most a quarter more,
+/// both from a cold start and with the engine learnt first ("warm"): a
+/// cold start spends much of a light run before the fit is identified,
+/// where the rules that a learnt model brings do not apply, and the 3 seeds
+/// cold this test once ran passed a policy that failed 1.108% and 2.463%
+/// warm against the reference's 0.763% and 1.837% (module doc, "Pressure").
+/// Now: 0.886% and 1.971% cold, 0.865% and 1.984% warm.
 #[test]
 fn admission_and_shedding_lose_little_to_a_mean_cost_oracle() {
     let (slo, engine) = (SPREAD_SLO, spread_engine());
     let span = (200_000, 2_000_000);
     let end = 120_000 * MS;
+    let seeds = 1..=20u64;
     for frac in [0.35, 0.45] {
         let rate = frac * 1e9 / 5.1e6;
-        let (mut policy, mut reference) = (0.0, 0.0);
-        for seed in [7, 8, 9] {
-            let mut sim = spread_engine_sim(rate, seed, span).with_admission();
-            sim.run_until(end);
-            policy += sim.failed_fraction(slo) / 3.0;
-            reference += mean_cost_fifo_failures(&engine, rate, span, slo, seed, end) / 3.0;
+        let reference = seeds
+            .clone()
+            .map(|seed| mean_cost_fifo_failures(&engine, rate, span, slo, seed, end))
+            .sum::<f64>()
+            / 20.0;
+        for warm in [false, true] {
+            let mut policy = 0.0;
+            for seed in seeds.clone() {
+                let mut sim = spread_engine_sim(rate, seed, span).with_admission();
+                if warm {
+                    // What a heavier load before taught it: batches of 1
+                    // and 2 at the engine's mean costs, a fitted line.
+                    for i in 0..10 {
+                        let n = 1 + i % 2;
+                        let cost = engine.mean_ns(n) as u64;
+                        sim.policy.on_batch_done(n, cost, cost, i as u64);
+                    }
+                    assert!(sim.policy.stats().fit_identified);
+                }
+                sim.run_until(end);
+                policy += sim.failed_fraction(slo) / 20.0;
+            }
+            eprintln!(
+                "{:.0}% of the engine's rate, {}: {:.3}% failed, the mean-cost FIFO {:.3}%",
+                100.0 * frac,
+                if warm { "warm" } else { "cold" },
+                100.0 * policy,
+                100.0 * reference
+            );
+            assert!(
+                policy <= 1.25 * reference,
+                "{:.0}%, warm {warm}: {policy} against {reference}",
+                100.0 * frac
+            );
         }
-        eprintln!(
-            "{:.0}% of the engine's rate: {:.2}% failed, the mean-cost FIFO {:.2}%",
-            100.0 * frac,
-            100.0 * policy,
-            100.0 * reference
-        );
-        assert!(
-            policy <= 1.25 * reference,
-            "{:.0}%: {policy} against {reference}",
-            100.0 * frac
-        );
     }
 }
 
