@@ -310,17 +310,18 @@ pub const CHANGE_THRESHOLD: f64 = 0.25;
 /// batches) has two slow batches in a row every few seconds, and each
 /// false change threw away every size's estimate; three in a row are
 /// rare there and still only three batches into a real slow-down.
-pub const CHANGE_RUN_SLOWER: u32 = 3;
+pub const CHANGE_RUN_SLOWER: i32 = 3;
 
 /// How many batches in a row faster than the model by more than
 /// [`CHANGE_THRESHOLD`] make a regime change: two, since batches do not
 /// spread downwards as they do upwards.
-pub const CHANGE_RUN_FASTER: u32 = 2;
+pub const CHANGE_RUN_FASTER: i32 = 2;
 
 /// A measured batch size not run for this long is *stale*: it is probed
-/// (run once where a bigger batch is planned and queued) and its estimate
-/// restarts (`BatchPolicy::measured`). One second: a probe per smaller
-/// size and second, a few batches in hundreds under saturation.
+/// (run twice where a bigger batch is planned and queued) and, below the
+/// target, its estimate restarts (`BatchPolicy::measured`). One second: a
+/// probe per smaller size and second, a few batches in hundreds under
+/// saturation.
 pub const SIZE_STALE_NS: u64 = 1_000_000_000;
 
 /// The share of the engine's capacity at the batch limit that the
@@ -719,6 +720,11 @@ impl SizeCost {
     fn is_stale(&self, now_ns: u64) -> bool {
         self.seen > 0 && now_ns.saturating_sub(self.at_ns) > SIZE_STALE_NS
     }
+
+    /// Measured within [`SIZE_STALE_NS`].
+    fn is_fresh(&self, now_ns: u64) -> bool {
+        self.seen > 0 && !self.is_stale(now_ns)
+    }
 }
 
 /// The adaptive batching policy of one inference function. See the module
@@ -735,12 +741,12 @@ pub struct BatchPolicy {
     /// Measured cost per batch size since the last regime change, index
     /// `n` for a batch of `n`.
     sizes: Vec<SizeCost>,
-    /// The previous sample and whether it was off the model, and on which
-    /// side (−1, 0, +1).
-    prev: Option<(usize, f64, i8)>,
-    /// How many batches in a row, up to this one, were off the model on
-    /// the same side.
-    off_run: u32,
+    /// The previous sample: its batch size and cost.
+    prev: Option<(usize, f64)>,
+    /// Batches in a row, up to the last, off the model on the same side:
+    /// positive when slower, negative when faster, 0 when on it or just
+    /// after a regime change.
+    off_run: i32,
     samples_in_regime: u64,
     target: usize,
     explore: Option<usize>,
@@ -1015,8 +1021,7 @@ impl BatchPolicy {
     pub fn under_pressure(&self, now_ns: u64) -> bool {
         let within = |t: u64| now_ns.saturating_sub(t) <= self.cfg.slo_ns;
         let demand = self.model.is_some_and(|m| {
-            let n = self.batch_limit();
-            self.rate.per_ns() * self.predicted_ns(&m, n) / n as f64 >= PRESSURE_LOAD
+            self.rate.per_ns() >= PRESSURE_LOAD * self.throughput_per_ns(&m, self.batch_limit())
         });
         demand || self.last_refused_ns.is_some_and(within)
     }
@@ -1296,16 +1301,12 @@ impl BatchPolicy {
             Some(r) if r < 1.0 - CHANGE_THRESHOLD => -1,
             _ => 0,
         };
-        self.off_run = match self.prev {
-            Some((_, _, s)) if side != 0 && s == side => self.off_run + 1,
-            _ => u32::from(side != 0),
-        };
-        let run_needed = if side > 0 {
-            CHANGE_RUN_SLOWER
+        self.off_run = if side != 0 && self.off_run.signum() == side {
+            self.off_run + side
         } else {
-            CHANGE_RUN_FASTER
+            side
         };
-        let changed = side != 0 && self.off_run >= run_needed;
+        let changed = self.off_run >= CHANGE_RUN_SLOWER || -self.off_run >= CHANGE_RUN_FASTER;
         if changed {
             // The tail's ratios were against the old costs.
             self.tail_len = 0;
@@ -1316,7 +1317,7 @@ impl BatchPolicy {
             self.samples_in_regime = 0;
             self.max_seen = 0;
             self.sizes.fill(SizeCost::default());
-            if let Some((pn, py, _)) = self.prev {
+            if let Some((pn, py)) = self.prev {
                 self.fit.add(decay, pn as f64, py);
                 self.samples_in_regime = 1;
                 self.max_seen = pn;
@@ -1340,11 +1341,14 @@ impl BatchPolicy {
             self.wall_per_cpu + WALL_PER_CPU_WEIGHT * (stretch - self.wall_per_cpu)
         };
         self.fit.add(decay, n as f64, cost);
-        let after_other = self.prev.is_some_and(|(pn, _, _)| pn != n);
+        let after_other = self.prev.is_some_and(|(pn, _)| pn != n);
         self.measured(n, cost, after_other, now_ns);
         self.samples_in_regime += 1;
         self.max_seen = self.max_seen.max(n);
-        self.prev = Some((n, cost, if changed { 0 } else { side }));
+        self.prev = Some((n, cost));
+        if changed {
+            self.off_run = 0;
+        }
 
         let samples = self.samples_in_regime;
         self.model = Some(match (self.fit.line(), self.model) {
@@ -1389,11 +1393,8 @@ impl BatchPolicy {
         // A neighbour measured within SIZE_STALE_NS is known: running it
         // again would only vary the window (module doc, "Cost fit").
         self.explore = if self.fit.var_x() < MIN_BATCH_VARIANCE {
-            self.neighbour().filter(|&e| {
-                self.sizes
-                    .get(e)
-                    .is_none_or(|s| s.seen == 0 || s.is_stale(now_ns))
-            })
+            self.neighbour()
+                .filter(|&e| !self.sizes.get(e).is_some_and(|s| s.is_fresh(now_ns)))
         } else {
             None
         };
