@@ -456,9 +456,43 @@ def phase_stats(client: dict, ok: list[dict], ref_ms: dict, cpu: dict) -> dict:
         if all(r.get("in_path_us") is not None and r.get("out_path_us") is not None for r in traced):
             res["in_path_us"] = q3([r["in_path_us"] for r in traced])
             res["out_path_us"] = q3([r["out_path_us"] for r in traced])
+            res["tail_stages"] = tail_stages(traced, AFTER_LAST_TARGET_US[1])
         res.update(engine_per_image_in_if(traced))
     res.update(engine_idle_in_if(rows))
     return res
+
+
+# Issue 13's targets: end to end / engine alone, and last fragment in ->
+# answer out - own engine time, p50 and p99 (µs).
+E2E_TARGET = 0.95
+AFTER_LAST_TARGET_US = (100.0, 500.0)
+
+# The four legs of a request's way after its last fragment, besides its
+# batch's own engine time, in order: (name in the report, its column).
+TAIL_STAGES = [("way in", "in_path_us"), ("to its batch", "if_wait_us"), ("to the TX ring", "if_answer_us"),
+               ("way out", "out_path_us")]
+
+
+def tail_stages(traced: list[dict], over_us: float) -> dict:
+    """Where the slow requests' time went: of the traced requests that
+    found the engine idle (the low-latency target's requests), those whose
+    last fragment in -> answer out - own engine time exceeds OVER_US, each
+    counted once under the leg of TAIL_STAGES that took it longest. A tail
+    that sits in one leg points at that hand-over (a wake-up across CPUs,
+    the if-manager's sleep); one spread over all legs at the host."""
+    idle = [r for r in traced if r["engine_busy_at_arrival_us"] == 0]
+    slow = [r for r in idle if r["after_last_wire_us"] - r["engine_own_us"] > over_us]
+    by = {name: 0 for name, _ in TAIL_STAGES}
+    for r in slow:
+        by[max(TAIL_STAGES, key=lambda s: r[s[1]])[0]] += 1
+    return {"over_us": over_us, "n": len(idle), "slow": len(slow), "by_stage": by}
+
+
+def tail_cell(t: Optional[dict]) -> str:
+    """tail_stages for the report: "11 of 864: 6 / 2 / 0 / 3"."""
+    if not t:
+        return "-"
+    return f"{t['slow']} of {t['n']}: " + " / ".join(str(t["by_stage"][name]) for name, _ in TAIL_STAGES)
 
 
 def engine_idle_in_if(rows: list[dict]) -> dict:
@@ -567,6 +601,103 @@ def add_saturation_ratios(sat: dict, eng: dict, ref_ms: dict, kp_if_final: dict)
     sat["ratio_e2e_to_engine_best"] = sat["ok_per_s"] / max(1000 * n / ms for n, ms in ref_ms.items())
     fit = kp_if_final.get("batching") or {}
     sat["if_fit_ms"] = {n: round((fit.get("a_ns", 0) + fit.get("b_ns", 0) * n) / 1e6, 3) for n in (1, 2, 4, 8)}
+
+
+# --- analysis: the host's own wake-up latency (cyclictest) --------------------
+
+def host_histograms(report: dict) -> list[tuple[int, dict]]:
+    """cyclictest's or oslat's `--json` report -> per thread, in thread
+    order, its CPU and its histogram {µs: count}; what fell past the
+    histogram's range (cycles not in it) is counted at the thread's
+    maximum, where the nearest-rank quantiles below look for it."""
+    out = []
+    for _, t in sorted(report.get("thread", {}).items(), key=lambda kv: int(kv[0])):
+        hist = {int(k): int(v) for k, v in t.get("histogram", {}).items() if int(v)}
+        beyond = int(t.get("cycles", 0)) - sum(hist.values())
+        if beyond > 0 and "max" in t:
+            hist[int(t["max"])] = hist.get(int(t["max"]), 0) + beyond
+        out.append((int(t.get("cpu", -1)), hist))
+    return out
+
+
+def latency_stats(hist: dict, late_us: float) -> dict:
+    """One thread's histogram: p50, p99, p99.9 and the largest lateness
+    (µs, nearest rank), how many wake-ups, and the share later than
+    LATE_US."""
+    n = sum(hist.values())
+    if not n:
+        return {"n": 0}
+    out = {"n": n, "max": max(hist), "late_share": sum(c for k, c in hist.items() if k > late_us) / n}
+    for name, q in (("p50", .5), ("p99", .99), ("p999", .999)):
+        rank, seen = max(1, math.ceil(q * n)), 0
+        for k in sorted(hist):
+            seen += hist[k]
+            if seen >= rank:
+                out[name] = k
+                break
+    return out
+
+
+HOST_LATE_US = AFTER_LAST_TARGET_US[1]
+
+
+def interruptions(report: dict, over_us: float) -> list[dict]:
+    """oslat's `--json` report -> per CPU (thread order) the longest
+    iteration of its busy loop (µs) and how many took longer than OVER_US,
+    in all and per second of its run: how often the host kept a running
+    thread from its CPU."""
+    out = []
+    for _, t in sorted(report.get("thread", {}).items(), key=lambda kv: int(kv[0])):
+        over = sum(int(c) for k, c in t.get("histogram", {}).items() if int(k) > over_us)
+        seconds = float(t.get("duration") or 0)
+        out.append({"cpu": int(t.get("cpu", -1)), "max": t.get("max"), "over": over,
+                    "per_s": over / seconds if seconds else None})
+    return out
+
+
+def command(report: dict, tool: str) -> str:
+    """The command line a tool's `--json` report records, without the
+    report's own path."""
+    return " ".join(a for a in (report.get("cmdline:") or tool).split() if not a.startswith("--json"))
+
+
+def host_markdown(reports: dict) -> list[str]:
+    """The host's own latency for the report, from the tools' `--json`
+    reports by (tool, when), when "before" or "after" the platform ran:
+    how late a sleeping thread wakes (cyclictest: one thread per CPU
+    sleeping on a timer, at the platform's scheduling policy: p99 / p99.9
+    / max) and how often a running one is kept from its CPU (oslat: a busy
+    loop per CPU; its longest gap and the gaps over HOST_LATE_US per
+    second)."""
+    def wakeups(r: dict) -> dict:
+        out = {}
+        for cpu, h in host_histograms(r):
+            w = latency_stats(h, HOST_LATE_US)
+            if w["n"]:
+                out[cpu] = f"{w['p99']} / {w['p999']} / {w['max']} µs"
+        return out
+
+    def gaps(r: dict) -> dict:
+        return {i["cpu"]: f"{i['max']} µs, {i['per_s']:.2f}/s" for i in interruptions(r, HOST_LATE_US)
+                if i["max"] is not None and i["per_s"] is not None}
+
+    parts = []
+    for tool, what, cell in (("cyclictest", "a sleeping thread's timer wake-up late by p99 / p99.9 / max", wakeups),
+                             ("oslat", f"a running thread's longest interruption, and those over {HOST_LATE_US:.0f} µs"
+                              " per second", gaps)):
+        runs = [(when, reports.get((tool, when))) for when in ("before", "after")]
+        runs = [(when, cell(r), command(r, tool)) for when, r in runs if r is not None]
+        if not runs:
+            continue
+        cpus = sorted({c for _, cells, _ in runs for c in cells})
+        if not cpus:
+            parts.append(f"{what}: no histogram (`{runs[0][2]}`)")
+            continue
+        parts.append(f"{what} (`{runs[0][2]}`): " + "; ".join(
+            f"CPU {c} " + ", ".join(f"{when} {cells.get(c, '-')}" for when, cells, _ in runs) for c in cpus))
+    if not parts:
+        return []
+    return ["", "The host itself, the platform stopped (Debian's rt-tests): " + "; ".join(parts) + "."]
 
 
 # --- analysis: memory -----------------------------------------------------------
@@ -710,6 +841,8 @@ LATENCY_ROWS = [
      lambda p: p50_p99_us(p.get("in_path_us"))),
     ("way out: answer on the TX ring → at the client's interface, p50 / p99 µs",
      lambda p: p50_p99_us(p.get("out_path_us"))),
+    (f"engine idle at arrival, over {AFTER_LAST_TARGET_US[1]:.0f} µs after the last fragment, by the leg that took longest: "
+     "way in / to its batch / to the TX ring / way out", lambda p: tail_cell(p.get("tail_stages"))),
     ("batch sizes (requests per size)", lambda p: str(p.get("batch_mix_requests", "-"))),
     ("statuses / unanswered", lambda p: f"{p['statuses']} / {p['unanswered']}"),
     ("CPU0 / CPU1 busy %", lambda p: f"{p['cpu']['cpu0']['busy']} / {p['cpu']['cpu1']['busy']}"),
@@ -736,9 +869,6 @@ def latency_table(meta: dict, phases: dict) -> list[str]:
     return ["", "| latency | " + " | ".join(h for _, h in cols) + " |", "|---" * (len(cols) + 1) + "|"] + [
             f"| {name} | " + " | ".join(fn(phases[k]) for k, _ in cols) + " |" for name, fn in LATENCY_ROWS]
 
-
-E2E_TARGET = 0.95
-AFTER_LAST_TARGET_US = (100.0, 500.0)
 
 
 def after_cell(n: int, e: dict) -> str:
@@ -894,16 +1024,26 @@ def analyse(out: str) -> str:
     hp = read_json(f"{out}/hugepages.json")["hugepages_free"]
     growth = memory_growth(kp)
 
+    # The host's own latency (cyclictest, oslat), where the script measured it.
+    host_json = {(tool, when): read_json(f"{out}/host-{tool}-{when}.json")
+                 for tool in ("cyclictest", "oslat") for when in ("before", "after")
+                 if os.path.exists(f"{out}/host-{tool}-{when}.json")}
+
     summary = {"meta": meta, "engine": {str(n): v for n, v in sorted(eng.items())}, "engine_ref_ms": ref_ms,
                "phases": phases,
                "memory": {"kp_if": kp, "if_manager": ifm, "hugepages_free": hp, "kp_if_growth_kB": growth,
                           "input_pool": final.get("pool")},
-               "kp_if_final": final, "if_manager_final": read_json(f"{out}/if-manager.json")}
+               "kp_if_final": final, "if_manager_final": read_json(f"{out}/if-manager.json"),
+               "host_latency": {f"{tool}-{when}": [dict(latency_stats(h, HOST_LATE_US), cpu=cpu)
+                                                    for cpu, h in host_histograms(r)]
+                                if tool == "cyclictest" else interruptions(r, HOST_LATE_US)
+                                for (tool, when), r in host_json.items()}}
     with open(f"{out}/summary.json", "w") as f:
         json.dump(summary, f, indent=1, default=str)
 
     L = (engine_table(meta, eng) + saturation_table(meta, sat) + latency_table(meta, phases)
-         + targets(phases) + memory_table(kp, ifm, growth, hp, final.get("pool") or {}))
+         + targets(phases) + host_markdown(host_json)
+         + memory_table(kp, ifm, growth, hp, final.get("pool") or {}))
     md = "\n".join(L) + "\n"
     with open(f"{out}/summary.md", "w") as f:
         f.write(md)

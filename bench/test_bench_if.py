@@ -329,6 +329,25 @@ class Phases(unittest.TestCase):
         fn = next(fn for name, fn in bench_if.LATENCY_ROWS if name.startswith("**last fragment in"))
         self.assertEqual(fn(res), "**300 / 1000**")
 
+    def test_the_slow_requests_are_counted_under_the_leg_that_took_longest(self):
+        def traced(req, busy, wire, own, legs):
+            i, w, a, o = legs
+            return dict(row(req, 1, 5000, req, busy), after_last_wire_us=wire, engine_own_us=own, in_path_us=i,
+                        if_wait_us=w, if_answer_us=a, out_path_us=o)
+        ok = [traced(1, 0.0, 4100.0, 4000.0, (20, 20, 10, 50)),      # 100 µs: not slow
+              traced(2, 0.0, 5000.0, 4000.0, (900, 30, 10, 60)),     # way in
+              traced(3, 0.0, 5200.0, 4000.0, (20, 20, 10, 1150)),    # way out
+              traced(4, 0.0, 4700.0, 4000.0, (100, 550, 10, 40)),    # to its batch
+              traced(5, 0.0, 4500.0, 4000.0, (200, 200, 50, 50)),    # exactly 500: not over
+              traced(6, 800.0, 6000.0, 4000.0, (1900, 20, 10, 70))]  # found the engine busy: not counted
+        res = bench_if.phase_stats(CLIENT, ok, {1: 4.0}, {})
+        self.assertEqual(res["tail_stages"], {"over_us": 500.0, "n": 5, "slow": 3, "by_stage": {
+            "way in": 1, "to its batch": 1, "to the TX ring": 0, "way out": 1}})
+        name, fn = next((n, f) for n, f in bench_if.LATENCY_ROWS if n.startswith("engine idle at arrival, over"))
+        self.assertIn("over 500 µs", name)
+        self.assertEqual(fn(res), "3 of 5: 1 / 1 / 0 / 1")
+        self.assertEqual(fn({}), "-")
+
     def test_the_engines_time_per_image_by_batch_size_and_the_mix_against_batch_one(self):
         def traced(req, n, own):
             return dict(row(req, n, 9000, req, 0.0), after_last_wire_us=own + 100.0, engine_own_us=own,
@@ -478,6 +497,50 @@ class Targets(unittest.TestCase):
         line = bench_if.targets({"sat": sat, "single": {}})[1]
         self.assertIn("1 outstanding: missing (no trace or capture)", line)
         self.assertNotIn("low load", line)
+
+
+# cyclictest --json (two threads; thread 0 had 2 wake-ups past -h's range)
+# and oslat --json (-b 1024: iterations by µs), shortened.
+CYCLICTEST = {"cmdline:": "cyclictest --policy=other -m -q -t 2 -a 0,1 -i 5000 -D 10 -h 20000 --json=/x/c.json",
+              "thread": {"1": {"histogram": {"14": 3, "15": 996, "2500": 1}, "cycles": 1000, "min": 14, "max": 2500,
+                               "cpu": 1},
+                         "0": {"histogram": {"14": 500, "15": 400, "20": 90, "2500": 8, "19999": 0}, "cycles": 1000,
+                               "min": 14, "max": 25000, "cpu": 0}}}
+OSLAT = {"cmdline:": "oslat -c 0,1 -D 10 -q -b 1024 --json=/x/o.json",
+         "thread": {"0": {"histogram": {"1": 9000, "480": 3, "600": 10, "1024": 2}, "max": 3854, "duration": 5.0,
+                          "cpu": 0},
+                    "1": {"histogram": {"1": 9000, "3": 1}, "max": 3, "duration": 5.0, "cpu": 1}}}
+
+
+class HostLatency(unittest.TestCase):
+    def test_histograms_per_thread_with_what_fell_past_them_at_the_maximum(self):
+        self.assertEqual(bench_if.host_histograms(CYCLICTEST), [(0, {14: 500, 15: 400, 20: 90, 2500: 8, 25000: 2}),
+                                                                (1, {14: 3, 15: 996, 2500: 1})])
+        self.assertEqual(bench_if.host_histograms({}), [])
+
+    def test_quantiles_by_nearest_rank_and_the_late_share(self):
+        (_, a), (_, b) = bench_if.host_histograms(CYCLICTEST)
+        self.assertEqual(bench_if.latency_stats(a, 500.0),
+                         {"n": 1000, "max": 25000, "late_share": 0.01, "p50": 14, "p99": 20, "p999": 25000})
+        w = bench_if.latency_stats(b, 500.0)
+        self.assertEqual((w["n"], w["p50"], w["p999"], w["max"], w["late_share"]), (1000, 15, 15, 2500, 0.001))
+        self.assertEqual(bench_if.latency_stats({}, 500.0), {"n": 0})
+
+    def test_interruptions_are_the_busy_loops_iterations_over_the_bound(self):
+        self.assertEqual(bench_if.interruptions(OSLAT, 500.0), [{"cpu": 0, "max": 3854, "over": 12, "per_s": 2.4},
+                                                               {"cpu": 1, "max": 3, "over": 0, "per_s": 0.0}])
+
+    def test_the_report_line_names_each_tool_its_command_and_each_cpu_before_and_after(self):
+        L = bench_if.host_markdown({("cyclictest", "before"): CYCLICTEST, ("cyclictest", "after"): CYCLICTEST,
+                                    ("oslat", "after"): OSLAT})
+        self.assertEqual(L[0], "")
+        self.assertIn("(`cyclictest --policy=other -m -q -t 2 -a 0,1 -i 5000 -D 10 -h 20000`): "
+                      "CPU 0 before 20 / 25000 / 25000 µs, after 20 / 25000 / 25000 µs; "
+                      "CPU 1 before 15 / 15 / 2500 µs, after 15 / 15 / 2500 µs", L[1])
+        self.assertIn("over 500 µs per second (`oslat -c 0,1 -D 10 -q -b 1024`): CPU 0 after 3854 µs, 2.40/s; "
+                      "CPU 1 after 3 µs, 0.00/s.", L[1])
+        self.assertEqual(bench_if.host_markdown({}), [])
+        self.assertIn("no histogram", bench_if.host_markdown({("oslat", "before"): {"thread": {}}})[1])
 
 
 class Memory(unittest.TestCase):

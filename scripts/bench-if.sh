@@ -67,6 +67,9 @@
 # --timer-slack-us 1, exact back-off sleeps),
 # BUSY_POLL (0; 1 gives both DPDK processes --busy-poll: on 2 CPUs they
 # then spin on the cores the client and the engine need),
+# HOST_PROBE_S (10: seconds of each of Debian's rt-tests, cyclictest and
+# oslat, on the platform's CPUs before and after the run, the platform
+# stopped: the host's own wake-up latency and interruptions; 0 skips them),
 # INFERENCE_SPIN_MS (0; N gives kp-if --inference-spin-ms N: its inference
 # thread spins, instead of dozing, for N ms after each batch — as designed
 # only, KP_RX_CPU=0, where no other thread of the platform needs its core),
@@ -105,6 +108,8 @@ slo_ms=${SLO_MS:-2000}
 load_fraction=${LOAD_FRACTION:-0.5}
 low_load_fraction=${LOW_LOAD_FRACTION:-0.1}
 low_requests=${LOW_REQUESTS:-1000}
+host_probe_s=${HOST_PROBE_S:-10}
+[[ $host_probe_s =~ ^[0-9]+$ ]] || { echo "bench-if: HOST_PROBE_S must be a whole number of seconds" >&2; exit 1; }
 af_frames=${AF_PACKET_FRAMES:-8192}
 ifm_cpu=0
 if_cpu=${IF_CPU:-1}
@@ -271,6 +276,30 @@ client() {
     die "kp-client ($phase) failed: $(cat "$out/client-$phase.log")"
 }
 
+# host_latency WHEN: the host itself, the platform stopped, on the CPUs the
+# platform uses (Debian's rt-tests, installed here when missing; each
+# HOST_PROBE_S seconds, 0 skips both): how late a sleeping thread wakes
+# (cyclictest: one SCHED_OTHER thread per CPU, as the platform's, sleeping
+# 5 ms on a timer) and how often the host keeps a running one from its CPU
+# (oslat: a busy loop per CPU). Every doze and sleep on a request's way pays
+# the first; every leg the second. -> host-{cyclictest,oslat}-WHEN.json.
+host_latency() {
+  ((host_probe_s > 0)) || return 0
+  if ! command -v cyclictest >/dev/null || ! command -v oslat >/dev/null; then
+    echo "bench-if: installing rt-tests (cyclictest, oslat) from Debian" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends rt-tests >/dev/null 2>&1 ||
+      { echo "bench-if: rt-tests not installed: the host's own latency is not measured" >&2; host_probe_s=0; return 0; }
+  fi
+  local cpus n
+  cpus=$(printf '%s\n' "$ifm_cpu" "$if_cpu" "$kp_rx_cpu" | sort -un | paste -sd,)
+  n=$(tr , '\n' <<<"$cpus" | wc -l)
+  cyclictest --policy=other -m -q -t "$n" -a "$cpus" -i 5000 -D "$host_probe_s" -h 20000 \
+    --json="$out/host-cyclictest-$1.json" >"$out/host-cyclictest-$1.log" 2>&1 ||
+    echo "bench-if: cyclictest failed: $(tail -2 "$out/host-cyclictest-$1.log")" >&2
+  oslat -c "$cpus" -D "$host_probe_s" -q -b 1024 --json="$out/host-oslat-$1.json" >"$out/host-oslat-$1.log" 2>&1 ||
+    echo "bench-if: oslat failed: $(tail -2 "$out/host-oslat-$1.log")" >&2
+}
+
 engine_bench() {
   taskset -c "$if_cpu" "$bin/kp-engine-bench" --model "$config" --threads "$threads" \
     --max-batch "$max_batch" --batches "$(seq -s, 1 "$max_batch")" --seconds "$engine_seconds" \
@@ -290,6 +319,8 @@ echo "bench-if: [1/6] engine alone on CPU $if_cpu, batches 1..$max_batch, ${engi
 machine engine-before-start
 engine_bench before
 machine engine-before-end
+echo "bench-if: the host itself: cyclictest and oslat, ${host_probe_s}s each" >&2
+host_latency before
 
 echo "bench-if: [2/7] platform up, memory at rest" >&2
 eval "$("$repo/scripts/netns.sh" up "$net")"
@@ -398,6 +429,7 @@ echo "bench-if: engine alone again (drift check)" >&2
 machine engine-after-start
 engine_bench after
 machine engine-after-end
+host_latency after
 
 # Analysis: everything the phases wrote -> summary.json, CSVs, summary.md.
 "$py" "$harness" analyse "$out"

@@ -23,7 +23,7 @@ rounds=${ROUNDS:-3}
 out="$repo/target/bench/policy/$model"
 rm -rf "$out"
 mkdir -p "$out" "$repo/build/bench"
-settings="DURATION=20 LONG_DURATION=3 ENGINE_SECONDS=2 WARMUP=3 LOAD_FRACTION=0.1 LOW_LOAD_FRACTION=0"
+settings="DURATION=20 LONG_DURATION=3 ENGINE_SECONDS=2 WARMUP=3 LOAD_FRACTION=0.1 LOW_LOAD_FRACTION=0 HOST_PROBE_S=0"
 for k in $(seq 1 "$rounds"); do
   for arm in 8:32 1:32 8:4 1:4; do
     max_batch=${arm%:*} concurrency=${arm#*:}
