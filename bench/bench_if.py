@@ -603,7 +603,13 @@ def add_saturation_ratios(sat: dict, eng: dict, ref_ms: dict, kp_if_final: dict)
     sat["if_fit_ms"] = {n: round((fit.get("a_ns", 0) + fit.get("b_ns", 0) * n) / 1e6, 3) for n in (1, 2, 4, 8)}
 
 
-# --- analysis: the host's own wake-up latency (cyclictest) --------------------
+# --- analysis: the host's own latency (cyclictest, oslat) ---------------------
+
+def report_threads(report: dict) -> list[dict]:
+    """The per-thread records of an rt-tests `--json` report, in thread
+    order."""
+    return [t for _, t in sorted(report.get("thread", {}).items(), key=lambda kv: int(kv[0]))]
+
 
 def host_histograms(report: dict) -> list[tuple[int, dict]]:
     """cyclictest's or oslat's `--json` report -> per thread, in thread
@@ -611,7 +617,7 @@ def host_histograms(report: dict) -> list[tuple[int, dict]]:
     histogram's range (cycles not in it) is counted at the thread's
     maximum, where the nearest-rank quantiles below look for it."""
     out = []
-    for _, t in sorted(report.get("thread", {}).items(), key=lambda kv: int(kv[0])):
+    for t in report_threads(report):
         hist = {int(k): int(v) for k, v in t.get("histogram", {}).items() if int(v)}
         beyond = int(t.get("cycles", 0)) - sum(hist.values())
         if beyond > 0 and "max" in t:
@@ -622,20 +628,14 @@ def host_histograms(report: dict) -> list[tuple[int, dict]]:
 
 def latency_stats(hist: dict, late_us: float) -> dict:
     """One thread's histogram: p50, p99, p99.9 and the largest lateness
-    (µs, nearest rank), how many wake-ups, and the share later than
-    LATE_US."""
+    (µs, stats.percentile's nearest rank), how many wake-ups, and the share
+    later than LATE_US."""
     n = sum(hist.values())
     if not n:
         return {"n": 0}
-    out = {"n": n, "max": max(hist), "late_share": sum(c for k, c in hist.items() if k > late_us) / n}
-    for name, q in (("p50", .5), ("p99", .99), ("p999", .999)):
-        rank, seen = max(1, math.ceil(q * n)), 0
-        for k in sorted(hist):
-            seen += hist[k]
-            if seen >= rank:
-                out[name] = k
-                break
-    return out
+    samples = [k for k, c in hist.items() for _ in range(c)]
+    return {"n": n, "max": max(hist), "late_share": sum(c for k, c in hist.items() if k > late_us) / n,
+            "p50": pct(samples, .5), "p99": pct(samples, .99), "p999": pct(samples, .999)}
 
 
 HOST_LATE_US = AFTER_LAST_TARGET_US[1]
@@ -647,12 +647,20 @@ def interruptions(report: dict, over_us: float) -> list[dict]:
     in all and per second of its run: how often the host kept a running
     thread from its CPU."""
     out = []
-    for _, t in sorted(report.get("thread", {}).items(), key=lambda kv: int(kv[0])):
+    for t in report_threads(report):
         over = sum(int(c) for k, c in t.get("histogram", {}).items() if int(k) > over_us)
         seconds = float(t.get("duration") or 0)
         out.append({"cpu": int(t.get("cpu", -1)), "max": t.get("max"), "over": over,
                     "per_s": over / seconds if seconds else None})
     return out
+
+
+def host_summary(reports: dict) -> dict:
+    """The reports by (tool, when) for summary.json: cyclictest's
+    latency_stats and oslat's interruptions per CPU, under "tool-when"."""
+    return {f"{tool}-{when}": [dict(latency_stats(h, HOST_LATE_US), cpu=cpu) for cpu, h in host_histograms(r)]
+            if tool == "cyclictest" else interruptions(r, HOST_LATE_US)
+            for (tool, when), r in reports.items()}
 
 
 def command(report: dict, tool: str) -> str:
@@ -870,7 +878,6 @@ def latency_table(meta: dict, phases: dict) -> list[str]:
             f"| {name} | " + " | ".join(fn(phases[k]) for k, _ in cols) + " |" for name, fn in LATENCY_ROWS]
 
 
-
 def after_cell(n: int, e: dict) -> str:
     """One size of `engine_own_ms_per_image_after` for the report: "3:
     5.67 / 6.02" (wall, after the same size / another), with the CPU times
@@ -1034,10 +1041,7 @@ def analyse(out: str) -> str:
                "memory": {"kp_if": kp, "if_manager": ifm, "hugepages_free": hp, "kp_if_growth_kB": growth,
                           "input_pool": final.get("pool")},
                "kp_if_final": final, "if_manager_final": read_json(f"{out}/if-manager.json"),
-               "host_latency": {f"{tool}-{when}": [dict(latency_stats(h, HOST_LATE_US), cpu=cpu)
-                                                    for cpu, h in host_histograms(r)]
-                                if tool == "cyclictest" else interruptions(r, HOST_LATE_US)
-                                for (tool, when), r in host_json.items()}}
+               "host_latency": host_summary(host_json)}
     with open(f"{out}/summary.json", "w") as f:
         json.dump(summary, f, indent=1, default=str)
 
