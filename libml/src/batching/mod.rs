@@ -91,7 +91,23 @@
 //! smaller measured size has not run for [`SIZE_STALE_NS`], that size runs
 //! twice in a row (below), and what the second measures replaces its
 //! estimate (a stale size at or above the target, run again, counts its
-//! old estimate as one sample).
+//! old estimate as one sample). A load that never queues a full batch
+//! needs the probe too: bench-policy's arm at 4 outstanding, after a phase
+//! at one where every batch of 1 followed an idle engine and was learnt
+//! cold, ran only batches of 2 (2,843 in 20 s and one of 1, live on the
+//! AMD EPYC VM, 7 December) under a target of 7 that the line through the
+//! cold batch 1 and a warm batch 2 promised and 4 outstanding never
+//! queued. So with less than a full batch queued the probe runs as well
+//! where the policy does not wait for more, the last [`BACK_TO_BACK_RUN`]
+//! batches each started as the one before ended (the engine saturated;
+//! the measured arrival rate is no guide there: in the simulation of 4
+//! outstanding it read 0.8–0.9 of what was served), the rest of the queue
+//! still makes its budget after it, and the stale size's estimated
+//! throughput is at least [`PROBE_THROUGHPUT_SHARE`] of the queued
+//! size's: a cold or slow spell inflates an estimate by 1.25–1.35×, and a
+//! size further off is what batching buys, where a probe at 90% load only
+//! loses ground (the simulation of a cost that doubles: 60 requests shed
+//! instead of 4 with probes down to half the throughput).
 //!
 //! **Switching sizes.** An engine's batch can cost more right after a batch
 //! of another size than back to back: ONNX Runtime's squeezenet on the
@@ -323,6 +339,20 @@ pub const CHANGE_RUN_FASTER: i32 = 2;
 /// probe per smaller size and second, a few batches in hundreds under
 /// saturation.
 pub const SIZE_STALE_NS: u64 = 1_000_000_000;
+
+/// A batch starts *back to back* when it starts within this share of the
+/// previous batch's cost after that batch ended.
+pub const BACK_TO_BACK_GAP: f64 = 0.05;
+
+/// Batches in a row started back to back before the engine counts as
+/// saturated where less than a full batch is queued (module doc,
+/// "Probes").
+pub const BACK_TO_BACK_RUN: u32 = 8;
+
+/// Where less than a full batch is queued, a stale size is probed only if
+/// its estimated throughput is at least this share of the queued size's
+/// (module doc, "Probes").
+pub const PROBE_THROUGHPUT_SHARE: f64 = 0.75;
 
 /// The share of the engine's capacity at the batch limit that the
 /// measured arrival rate must ask for before the policy is under pressure
@@ -772,6 +802,11 @@ pub struct BatchPolicy {
     queue_built: bool,
     /// When the last batch finished (0: none yet), for the probe.
     last_done_ns: u64,
+    /// When [`decide`](Self::decide) was last called (0: never).
+    decided_at_ns: u64,
+    /// Dispatches in a row that started within [`BACK_TO_BACK_GAP`] of a
+    /// batch's cost after the previous batch ended: the engine saturated.
+    back_to_back: u32,
     /// When a request was last refused at admission
     /// ([`BatchPolicy::note_refused`]) (`None`: never).
     last_refused_ns: Option<u64>,
@@ -811,6 +846,8 @@ impl BatchPolicy {
             wall_per_cpu: 1.0,
             queue_built: false,
             last_done_ns: 0,
+            decided_at_ns: 0,
+            back_to_back: 0,
             last_refused_ns: None,
             pressed: false,
             under_streak: 0,
@@ -1051,6 +1088,7 @@ impl BatchPolicy {
     pub fn decide(&mut self, now_ns: u64, queued_arrivals: &[u64], engine_idle: bool) -> Decision {
         self.rate
             .observe(self.cfg.rate_window_ns, now_ns, queued_arrivals);
+        self.decided_at_ns = now_ns;
         let q = queued_arrivals.len();
         if q == 0 {
             return Decision::Idle;
@@ -1101,9 +1139,7 @@ impl BatchPolicy {
         // run that size twice (module doc, "Probes").
         if q >= limit {
             if let Some(p) = self.stale_below(now_ns, n) {
-                self.stats.explorations += 1;
-                self.repeat = Some(p);
-                return self.dispatch(p, q);
+                return self.probe(p, q);
             }
         }
         if n < q || q >= limit || model.source == CostSource::Proportional {
@@ -1115,8 +1151,42 @@ impl BatchPolicy {
                 self.stats.waits += 1;
                 Decision::Wait { until_ns }
             }
-            None => self.dispatch(n, q),
+            None => {
+                // Less than a full batch is queued and the policy does not
+                // wait for more: where the engine has run batch after batch
+                // without idling, probe a stale smaller size all the same, if
+                // the rest still makes its budget after it. A load that
+                // never queues a full batch (4 outstanding under a target
+                // of 7) otherwise ran what was queued for ever against a
+                // stale estimate (module doc, "Probes"); at a light load
+                // the sizes vary on their own, and a probe only delays.
+                let saturated = self.back_to_back >= BACK_TO_BACK_RUN;
+                let fits = |p: usize| {
+                    waited + self.deadline_cost_ns(&model, p) + self.deadline_cost_ns(&model, n)
+                        <= self.budget_ns
+                };
+                // A size estimated far below `n`'s throughput is not a
+                // drift to check but what batching buys.
+                let close = |p: usize| {
+                    self.throughput_per_ns(&model, p)
+                        >= PROBE_THROUGHPUT_SHARE * self.throughput_per_ns(&model, n)
+                };
+                let probe = self
+                    .stale_below(now_ns, n)
+                    .filter(|&p| saturated && fits(p) && close(p));
+                match probe {
+                    Some(p) => self.probe(p, q),
+                    None => self.dispatch(n, q),
+                }
+            }
         }
+    }
+
+    /// Runs `p` as a probe (twice in a row where the queue allows).
+    fn probe(&mut self, p: usize, q: usize) -> Decision {
+        self.stats.explorations += 1;
+        self.repeat = Some(p);
+        self.dispatch(p, q)
     }
 
     /// Waiting for `limit − q` more arrivals pays when `q` requests per
@@ -1163,6 +1233,16 @@ impl BatchPolicy {
 
     fn dispatch(&mut self, n: usize, q: usize) -> Decision {
         debug_assert!(n >= 1 && n <= q);
+        let gap = self.decided_at_ns.saturating_sub(self.last_done_ns) as f64;
+        let back = self.last_done_ns > 0
+            && self
+                .prev
+                .is_some_and(|(_, cost)| gap <= BACK_TO_BACK_GAP * cost);
+        self.back_to_back = if back {
+            self.back_to_back.saturating_add(1)
+        } else {
+            0
+        };
         if q > n {
             self.queue_built = true;
         }
