@@ -802,8 +802,6 @@ pub struct BatchPolicy {
     queue_built: bool,
     /// When the last batch finished (0: none yet), for the probe.
     last_done_ns: u64,
-    /// When [`decide`](Self::decide) was last called (0: never).
-    decided_at_ns: u64,
     /// Dispatches in a row that started within [`BACK_TO_BACK_GAP`] of a
     /// batch's cost after the previous batch ended: the engine saturated.
     back_to_back: u32,
@@ -846,7 +844,6 @@ impl BatchPolicy {
             wall_per_cpu: 1.0,
             queue_built: false,
             last_done_ns: 0,
-            decided_at_ns: 0,
             back_to_back: 0,
             last_refused_ns: None,
             pressed: false,
@@ -1088,7 +1085,6 @@ impl BatchPolicy {
     pub fn decide(&mut self, now_ns: u64, queued_arrivals: &[u64], engine_idle: bool) -> Decision {
         self.rate
             .observe(self.cfg.rate_window_ns, now_ns, queued_arrivals);
-        self.decided_at_ns = now_ns;
         let q = queued_arrivals.len();
         if q == 0 {
             return Decision::Idle;
@@ -1101,7 +1097,7 @@ impl BatchPolicy {
             return Decision::Idle;
         }
         let Some(model) = self.model else {
-            return self.dispatch(q.min(limit), q);
+            return self.dispatch(now_ns, q.min(limit), q);
         };
         let oldest = queued_arrivals[0];
         let waited = now_ns.saturating_sub(oldest) as f64;
@@ -1117,7 +1113,7 @@ impl BatchPolicy {
             // The oldest request misses the budget whatever we do: save its
             // SLO if a smaller batch still can, else serve a full batch.
             let n = largest_within(self.cfg.slo_ns as f64, cap.min(limit));
-            return self.dispatch(if n == 0 { q.min(limit) } else { n }, q);
+            return self.dispatch(now_ns, if n == 0 { q.min(limit) } else { n }, q);
         }
         let n = n_fit.min(limit);
         // The second batch of an exploration or a probe, where it still
@@ -1125,25 +1121,25 @@ impl BatchPolicy {
         if let Some(r) = self.repeat.take() {
             if r != n && r <= n_fit && r <= q {
                 self.stats.explorations += 1;
-                return self.dispatch(r, q);
+                return self.dispatch(now_ns, r, q);
             }
         }
         if let Some(e) = self.explore {
             if e != n && e <= n_fit {
                 self.stats.explorations += 1;
                 self.repeat = Some(e);
-                return self.dispatch(e, q);
+                return self.dispatch(now_ns, e, q);
             }
         }
         // A full batch is queued and a smaller size's estimate is stale:
         // run that size twice (module doc, "Probes").
         if q >= limit {
             if let Some(p) = self.stale_below(now_ns, n) {
-                return self.probe(p, q);
+                return self.probe(now_ns, p, q);
             }
         }
         if n < q || q >= limit || model.source == CostSource::Proportional {
-            return self.dispatch(n, q);
+            return self.dispatch(now_ns, n, q);
         }
         match self.wait_until(now_ns, oldest, q, limit, &model) {
             Some(until_ns) => {
@@ -1151,42 +1147,46 @@ impl BatchPolicy {
                 self.stats.waits += 1;
                 Decision::Wait { until_ns }
             }
-            None => {
-                // Less than a full batch is queued and the policy does not
-                // wait for more: where the engine has run batch after batch
-                // without idling, probe a stale smaller size all the same, if
-                // the rest still makes its budget after it. A load that
-                // never queues a full batch (4 outstanding under a target
-                // of 7) otherwise ran what was queued for ever against a
-                // stale estimate (module doc, "Probes"); at a light load
-                // the sizes vary on their own, and a probe only delays.
-                let saturated = self.back_to_back >= BACK_TO_BACK_RUN;
-                let fits = |p: usize| {
-                    waited + self.deadline_cost_ns(&model, p) + self.deadline_cost_ns(&model, n)
-                        <= self.budget_ns
-                };
-                // A size estimated far below `n`'s throughput is not a
-                // drift to check but what batching buys.
-                let close = |p: usize| {
-                    self.throughput_per_ns(&model, p)
-                        >= PROBE_THROUGHPUT_SHARE * self.throughput_per_ns(&model, n)
-                };
-                let probe = self
-                    .stale_below(now_ns, n)
-                    .filter(|&p| saturated && fits(p) && close(p));
-                match probe {
-                    Some(p) => self.probe(p, q),
-                    None => self.dispatch(n, q),
-                }
-            }
+            None => match self.probe_short_of_limit(now_ns, waited, n, &model) {
+                Some(p) => self.probe(now_ns, p, q),
+                None => self.dispatch(now_ns, n, q),
+            },
         }
     }
 
+    /// With `n` queued, less than a full batch, and no wait for more: the
+    /// stale smaller size to probe all the same, where the engine has run
+    /// batch after batch without idling and the rest still makes its
+    /// budget after it. A load that never queues a full batch (4
+    /// outstanding under a target of 7) otherwise ran what was queued for
+    /// ever against a stale estimate (module doc, "Probes"); at a light
+    /// load the sizes vary on their own, and a probe only delays. A size
+    /// estimated far below `n`'s throughput is not a drift to check but
+    /// what batching buys.
+    fn probe_short_of_limit(
+        &self,
+        now_ns: u64,
+        waited: f64,
+        n: usize,
+        m: &CostModel,
+    ) -> Option<usize> {
+        if self.back_to_back < BACK_TO_BACK_RUN {
+            return None;
+        }
+        let fits = |p: usize| {
+            waited + self.deadline_cost_ns(m, p) + self.deadline_cost_ns(m, n) <= self.budget_ns
+        };
+        let close = |p: usize| {
+            self.throughput_per_ns(m, p) >= PROBE_THROUGHPUT_SHARE * self.throughput_per_ns(m, n)
+        };
+        self.stale_below(now_ns, n).filter(|&p| fits(p) && close(p))
+    }
+
     /// Runs `p` as a probe (twice in a row where the queue allows).
-    fn probe(&mut self, p: usize, q: usize) -> Decision {
+    fn probe(&mut self, now_ns: u64, p: usize, q: usize) -> Decision {
         self.stats.explorations += 1;
         self.repeat = Some(p);
-        self.dispatch(p, q)
+        self.dispatch(now_ns, p, q)
     }
 
     /// Waiting for `limit − q` more arrivals pays when `q` requests per
@@ -1231,9 +1231,9 @@ impl BatchPolicy {
         (until > now).then_some(until)
     }
 
-    fn dispatch(&mut self, n: usize, q: usize) -> Decision {
+    fn dispatch(&mut self, now_ns: u64, n: usize, q: usize) -> Decision {
         debug_assert!(n >= 1 && n <= q);
-        let gap = self.decided_at_ns.saturating_sub(self.last_done_ns) as f64;
+        let gap = now_ns.saturating_sub(self.last_done_ns) as f64;
         let back = self.last_done_ns > 0
             && self
                 .prev

@@ -918,13 +918,20 @@ fn saturated_closed_loop(
     };
     let mut sim = Sim::new(cfg, loop32, engine, seed).with_spans(200_000, 1_000_000);
     setup(&mut sim);
-    sim.run_until(5_000 * MS);
+    let (goodput, mean_batch) = settle_then_measure(&mut sim, 5_000 * MS, 35_000 * MS);
+    (goodput, mean_batch, sim)
+}
+
+/// Runs `sim` until `settled_ns`, then measures until `end_ns`: the
+/// goodput (requests/s) and the mean batch of that stretch.
+fn settle_then_measure(sim: &mut Sim, settled_ns: u64, end_ns: u64) -> (f64, f64) {
+    sim.run_until(settled_ns);
     let (served0, from) = (sim.e2e.len(), sim.batches.len());
-    sim.run_until(35_000 * MS);
-    let goodput = (sim.e2e.len() - served0) as f64 / 30.0;
+    sim.run_until(end_ns);
+    let goodput = (sim.e2e.len() - served0) as f64 / ((end_ns - settled_ns) as f64 / 1e9);
     let recent = &sim.batches[from..];
     let mean_batch = recent.iter().map(|b| b.n).sum::<usize>() as f64 / recent.len() as f64;
-    (goodput, mean_batch, sim)
+    (goodput, mean_batch)
 }
 
 /// Simulation of bench-if's saturation phase on a noisy engine like the
@@ -1085,12 +1092,7 @@ fn four_outstanding_after_one(
         let span = 1_100_000 + (700_000.0 * sim.rng.unit()) as u64;
         sim.arriving.push((now + span, now));
     }
-    sim.run_until(10_000 * MS);
-    let (served0, from) = (sim.e2e.len(), sim.batches.len());
-    sim.run_until(30_000 * MS);
-    let goodput = (sim.e2e.len() - served0) as f64 / 20.0;
-    let recent = &sim.batches[from..];
-    let mean_batch = recent.iter().map(|b| b.n).sum::<usize>() as f64 / recent.len() as f64;
+    let (goodput, mean_batch) = settle_then_measure(&mut sim, 10_000 * MS, 30_000 * MS);
     (goodput, mean_batch, sim)
 }
 
@@ -1107,9 +1109,10 @@ fn four_outstanding_after_one(
 /// of 2.00, 0.971 of batch 1's rate at 3%, 0.948 at 6%). Probing with
 /// less than a full batch queued once the engine runs back to back
 /// (module doc, "Probes"): 0.981 and 0.983 on average over ten seeds
-/// (the worst 0.969 and 0.949), mean batches 1.41 and 1.15. Left: a probe's one sample replaces a stale estimate, so an
-/// unlucky one (a slow batch) can send the plan back to 2 for a second
-/// (the worst seed at 6%: 0.949, mean batch 1.52).
+/// (the worst 0.969 and 0.949), mean batches 1.41 and 1.15. Left: a
+/// probe's one sample replaces a stale estimate, so an unlucky one (a slow
+/// batch) can send the plan back to 2 for a second (the worst seed at 6%:
+/// 0.949, mean batch 1.52).
 #[test]
 fn probes_batch_1_where_the_queue_never_reaches_the_target() {
     for convex in [0.03, 0.06] {
