@@ -26,6 +26,7 @@ tested in bench/test_bench_if.py.
 from __future__ import annotations
 
 import argparse
+import bisect
 import csv
 import json
 import math
@@ -458,6 +459,7 @@ def phase_stats(client: dict, ok: list[dict], ref_ms: dict, cpu: dict) -> dict:
             res["out_path_us"] = q3([r["out_path_us"] for r in traced])
             res["tail_stages"] = tail_stages(traced, AFTER_LAST_TARGET_US[1])
         res.update(engine_per_image_in_if(traced))
+        res.update(engine_vs_batch1_nearby(traced))
     res.update(engine_idle_in_if(rows))
     return res
 
@@ -549,6 +551,58 @@ def engine_per_image_in_if(traced: list[dict]) -> dict:
         mix = sum(by_size[n] * len(v) for n, v in per.items()) / sum(len(v) for v in per.values())
         res["engine_own_per_image_mix_vs_batch1"] = mix / by_size[1]
     return res
+
+
+# Batches of 1 within this much of a batch's start are its reference
+# (engine_vs_batch1_nearby), and it needs at least NEARBY_LEAST of them.
+NEARBY_WINDOW_NS = 1_000_000_000
+NEARBY_LEAST = 5
+
+
+def engine_vs_batch1_nearby(traced: list[dict], window_ns: int = NEARBY_WINDOW_NS,
+                            least: int = NEARBY_LEAST) -> dict:
+    """The engine's time for the phase's batches over what batches of 1
+    took for the same images at the same moments: each batch against the
+    mean time of the batches of 1 that started within `window_ns` of it
+    (not itself), each of them run right after another batch of 1 (back to
+    back, as batch 1 runs where it is the plan; one after a bigger batch
+    costs more, docs/PERFORMANCE-JOURNAL.md, 6 December, second). A
+    machine whose speed drifts within a run, or between the runs being
+    compared (bench-policy's arms: batch 1 alone took 3.30-3.88 ms across
+    one session's runs), moves both sides alike, so the ratio is what the
+    batch sizes cost and nothing else; the image-weighted mean of those
+    references times the OK answers per second is the share of the phase
+    batches of 1 would have needed for the same answers
+    (bench/policy_report.py). Batches without `least` references nearby
+    are left out (the share of images kept is reported); the references
+    need batches of 1 among the phase's (the policy's probes run some)."""
+    batches = sorted({(r["batch_start_ns"], r["batch_size"], r["engine_own_us"])
+                      for r in traced if r.get("batch_start_ns") is not None and r.get("engine_own_us")})
+    refs = [(start, own) for (start, n, own), prev in zip(batches[1:], batches) if n == 1 and prev[1] == 1]
+    if not batches or len(refs) < least:
+        return {}
+    starts = [s for s, _ in refs]
+    sums = [0.0]
+    for _, own in refs:
+        sums.append(sums[-1] + own)
+    took = would = images = kept = 0.0
+    for start, n, own in batches:
+        images += n
+        lo, hi = bisect.bisect_left(starts, start - window_ns), bisect.bisect_right(starts, start + window_ns)
+        total, count = sums[hi] - sums[lo], hi - lo
+        i = bisect.bisect_left(starts, start)
+        if i < len(starts) and starts[i] == start:  # a reference itself: not its own
+            total, count = total - refs[i][1], count - 1
+        if count < least:
+            continue
+        took += own
+        would += n * total / count
+        kept += n
+    if not kept:
+        return {}
+    return {"engine_own_vs_batch1_nearby": took / would,
+            "batch1_ms_per_image_nearby": would / kept / 1000,
+            "batch1_nearby_images_share": kept / images}
 
 
 def engine_after_another_size(traced: list[dict], least: int = 5) -> dict:
@@ -809,6 +863,9 @@ def saturation_table(meta: dict, sat: dict) -> list[str]:
             "| the same, batch mix / batches of 1 (one run, interleaved) | "
             + (f"{sat['engine_own_per_image_mix_vs_batch1']:.3f}" if "engine_own_per_image_mix_vs_batch1" in sat
                else "-") + " |",
+            "| the batches' engine time / batches of 1 within 1 s of each (drift-free; share of images) | "
+            + (f"{sat['engine_own_vs_batch1_nearby']:.4f} ({sat['batch1_nearby_images_share']:.2f})"
+               if "engine_own_vs_batch1_nearby" in sat else "-") + " |",
             "| engine idle between batches, share of the phase: a request complete / none yet (kp-if --trace) | "
             + (f"{sat['engine_idle_with_request_complete_fraction']:.4f} / {sat['engine_idle_with_none_complete_fraction']:.4f}"
                if "engine_idle_with_request_complete_fraction" in sat else "-") + " |",

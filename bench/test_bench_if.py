@@ -394,6 +394,52 @@ class Phases(unittest.TestCase):
         res = bench_if.engine_after_another_size([dict(r, engine_cpu_us=None) for r in seq], least=1)
         self.assertNotIn("same_cpu", res["engine_own_ms_per_image_after"][3])
 
+    def test_the_batches_engine_time_against_batches_of_one_at_the_same_moments(self):
+        ms = 1_000_000
+
+        def batch(req, start_ms, n, own_ms):
+            return dict(row(req, n, 9000, req, 0.0), batch_start_ns=start_ms * ms,
+                        batch_end_ns=(start_ms + own_ms) * ms, engine_own_us=own_ms * 1000.0)
+        # The machine drifts: batch 1 takes 5 ms for the first second, 6 ms
+        # after. Each second holds ten batches of 1 in a row, then a batch
+        # of 2 at 2.2 times the batch 1 of its second, then a batch of 1
+        # right after it at 1.5 times (not a reference: it follows a 2).
+        seq, req = [], 0
+        for sec, one in ((0, 5.0), (1, 6.0)):
+            t = 1000 * sec
+            for _ in range(10):
+                req += 1
+                seq.append(batch(req, t, 1, one))
+                t += 10
+            seq += [batch(req + 1, t, 2, 2.2 * one), batch(req + 2, t, 2, 2.2 * one)]  # one batch, two requests
+            seq.append(batch(req + 3, t + 20, 1, 1.5 * one))
+            req += 3
+        res = bench_if.engine_vs_batch1_nearby(seq, window_ns=400 * ms, least=5)
+        # Within 400 ms each batch sees only its own second's references
+        # (9 of them for a reference itself): the batches of 1 in a row
+        # take what their references take, the batch of 2 takes 1.1 of
+        # twice theirs, the batch of 1 after it 1.5 of one.
+        took = 10 * 5 + 11 + 7.5 + 10 * 6 + 13.2 + 9
+        would = 13 * 5 + 13 * 6
+        self.assertAlmostEqual(res["engine_own_vs_batch1_nearby"], took / would)
+        self.assertAlmostEqual(res["batch1_ms_per_image_nearby"], would / 26)
+        self.assertEqual(res["batch1_nearby_images_share"], 1.0)
+        # With too few references nearby a batch is left out: the first
+        # second has 9 (its first batch follows none), the second 10 (its
+        # first follows a batch of 1), so at 10 only the second's batch of
+        # 2 and the batch of 1 after it are kept; at 11, none, no entry.
+        res = bench_if.engine_vs_batch1_nearby(seq, window_ns=400 * ms, least=10)
+        self.assertAlmostEqual(res["engine_own_vs_batch1_nearby"], (13.2 + 9) / 18)
+        self.assertAlmostEqual(res["batch1_nearby_images_share"], 3 / 26)
+        self.assertEqual(bench_if.engine_vs_batch1_nearby(seq, window_ns=400 * ms, least=11), {})
+        self.assertEqual(bench_if.engine_vs_batch1_nearby([batch(1, 0, 2, 10.0)]), {})
+        # In a phase's statistics, from the traced requests.
+        traced = [dict(r, after_last_wire_us=r["engine_own_us"] + 100, if_wait_us=20.0, if_answer_us=10.0,
+                       complete_ns=r["batch_start_ns"])
+                  for r in seq]
+        stats = bench_if.phase_stats(CLIENT, traced, {1: 5.0, 2: 11.0}, {})
+        self.assertIn("engine_own_vs_batch1_nearby", stats)
+
     def test_engine_idle_between_batches_with_a_request_complete_or_none(self):
         def traced(req, start, end, complete):
             return dict(row(req, 1, 5000, req, 0.0), complete_ns=complete, batch_start_ns=start, batch_end_ns=end)
