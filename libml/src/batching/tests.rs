@@ -950,7 +950,12 @@ fn settle_then_measure(sim: &mut Sim, settled_ns: u64, end_ns: u64) -> (f64, f64
 /// size only from batches after the same size (module doc, "Switching
 /// sizes") costs a little here, on an engine without a switching cost,
 /// where it halves the samples: 0.981 (worst 0.971), 2.20 (at most 2.54);
-/// where switching costs, it gains (the next test, and bench-if).
+/// where switching costs, it gains (the next test, and bench-if). That
+/// was still the best of eight noisy estimates taken for the best: with
+/// each size judged on what it surely gives (its estimate less
+/// [`CONFIDENCE_Z`] standard errors; module doc, "Batch choice"), 0.9964
+/// (worst 0.9884), mean batches 1.22 (at most 1.64), where it was 0.9847
+/// (worst 0.9769), 2.01 (at most 2.53).
 #[test]
 fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
     let engine = Engine::new(0.0, 5.1, 0.1).convex(0.009).spiky(0.1, 1.3);
@@ -971,9 +976,39 @@ fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
         mean(&rates),
         mean(&batches)
     );
-    assert!(mean(&rates) >= 0.98, "{rates:?}");
-    assert!(worst_rate >= 0.97, "{rates:?}");
-    assert!(mean(&batches) <= 2.3 && largest_batch <= 2.7, "{batches:?}");
+    assert!(mean(&rates) >= 0.993, "{rates:?}");
+    assert!(worst_rate >= 0.985, "{rates:?}");
+    assert!(mean(&batches) <= 1.4 && largest_batch <= 1.8, "{batches:?}");
+}
+
+/// The caution of the batch choice (sizes judged on what they surely
+/// give, module doc "Batch choice") where batching does pay: the same
+/// saturated closed loop on an engine like a GPU's, a = 2 ms and b = 0.5
+/// ms (a batch of 8 serves 3.3 times batch 1's rate), as noisy as the
+/// convex one above (±10%, one batch in ten 1.3 times as long). Over ten
+/// seeds: 0.9865 of the rate of batches of 8 back to back, the best any
+/// plan can do (the worst seed 0.9652), mean batch 7.69; taking the best
+/// estimate for the best, as before, 0.9628 (worst 0.9407), 7.16. What is
+/// left is mostly the probes of the smaller sizes, twice a second each.
+#[test]
+fn pays_little_for_caution_where_batching_pays() {
+    let engine = Engine::new(2.0, 0.5, 0.1).spiky(0.1, 1.3);
+    let batch_8 = 8e9 / engine.mean_ns(8);
+    let (mut rates, mut batches) = (Vec::new(), Vec::new());
+    for seed in 1..=10 {
+        let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, |_| {});
+        assert_eq!(sim.shed, 0);
+        rates.push(goodput / batch_8);
+        batches.push(mean_batch);
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+    let worst = rates.iter().copied().fold(f64::MAX, f64::min);
+    eprintln!(
+        "noisy concave, 10 seeds: {:.4} of batches of 8 on average, the worst {worst:.4}; mean batch {:.2}",
+        mean(&rates),
+        mean(&batches)
+    );
+    assert!(mean(&rates) >= 0.98 && worst >= 0.96, "{rates:?}");
 }
 
 /// The same closed loop on a steadier engine (±6%, one batch in ten 1.2
@@ -984,7 +1019,10 @@ fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
 /// ratcheting up to batches of 4–8 (as in bench-if's trace on the VM; here
 /// seed 8 ran batches of 4.31 on average, 0.978 of batch 1's rate, with
 /// neither probes nor [`BEST_MARGIN`], 2.48–2.57 with one of them). With
-/// both: 1.70–2.20, 0.987–0.997 of batch 1's rate.
+/// both: 1.73–1.98, 0.991–0.995 of batch 1's rate; with the sizes judged
+/// on what they surely give (module doc, "Batch choice"), 1.21–1.32 and
+/// 1.001–1.005 (the spells' own slow batches of 1 count in batch 1's
+/// rate, and bigger batches ran in some of them).
 #[test]
 fn probes_smaller_sizes_so_that_a_slow_spell_does_not_ratchet_the_batch_up() {
     let engine = Engine::new(0.0, 5.1, 0.06).convex(0.008).spiky(0.1, 1.2);
@@ -1000,9 +1038,9 @@ fn probes_smaller_sizes_so_that_a_slow_spell_does_not_ratchet_the_batch_up() {
             sim.policy.stats().explorations,
             sim.policy.stats().regime_changes
         );
-        assert!(mean_batch <= 2.3, "seed {seed}: mean batch {mean_batch}");
+        assert!(mean_batch <= 1.5, "seed {seed}: mean batch {mean_batch}");
         assert!(
-            goodput >= 0.985 * batch_1,
+            goodput >= 0.995 * batch_1,
             "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
         );
     }
@@ -1015,9 +1053,10 @@ fn probes_smaller_sizes_so_that_a_slow_spell_does_not_ratchet_the_batch_up() {
 /// batch of 1 after a batch of 3 runs 1.2 ms longer than after a batch of
 /// one. Given each batch's CPU time, the policy learns the engine's own
 /// costs, and predicts them times the wall / CPU time it sees. Over six
-/// seeds: batches of 1.34–1.36 on average, 172.3–173.0/s (batch 1 back to
-/// back: 176.9/s; the rest is the neighbour explored to keep the slope
-/// known), and no worse than on wall times, where the switching rule
+/// seeds: batches of 1.01–1.04 on average, 176.6–177.0/s (batch 1 back to
+/// back: 176.9/s; before the sizes were judged on what they surely give,
+/// module doc "Batch choice", 1.09–1.15 and 173.3–174.5/s), and no worse
+/// than on wall times, where the switching rule
 /// (module doc, "Switching sizes") already keeps a batch of 1 after a
 /// batch of 3 out of the estimates (before it, on wall times: batches of
 /// 1.40–1.59, 169.4–172.6/s).
@@ -1042,9 +1081,9 @@ fn serves_near_batch_1_where_the_fragments_share_the_core() {
              wall/cpu {rho:.3}; on wall time {wall_goodput:.1}/s, mean batch {wall_batch:.2}; \
              batch 1 alone {batch_1:.1}/s"
         );
-        assert!(mean_batch <= 1.4, "seed {seed}: mean batch {mean_batch}");
+        assert!(mean_batch <= 1.1, "seed {seed}: mean batch {mean_batch}");
         assert!(
-            goodput >= 0.97 * batch_1,
+            goodput >= 0.99 * batch_1,
             "seed {seed}: goodput {goodput} vs batch 1's {batch_1}"
         );
         // ρ: a batch of about one request is preempted for 0.4 ms in ~5.4.
@@ -1109,10 +1148,13 @@ fn four_outstanding_after_one(
 /// of 2.00, 0.971 of batch 1's rate at 3%, 0.948 at 6%). Probing with
 /// less than a full batch queued once the engine runs back to back
 /// (module doc, "Probes"): 0.981 and 0.983 on average over ten seeds
-/// (the worst 0.969 and 0.949), mean batches 1.41 and 1.15. Left: a
-/// probe's one sample replaces a stale estimate, so an unlucky one (a slow
-/// batch) can send the plan back to 2 for a second (the worst seed at 6%:
-/// 0.949, mean batch 1.52).
+/// (the worst 0.969 and 0.949), mean batches 1.41 and 1.15. There a
+/// probe's one sample replaced a stale estimate, so an unlucky one (a slow
+/// batch) could send the plan back to 2 for a second (the worst seed at
+/// 6%: 0.949, mean batch 1.52); judged on what it surely gives (module
+/// doc, "Batch choice"), a size measured once no longer outweighs one
+/// measured often: 0.9986 and 0.9988 (the worst 0.9968 and 0.9975), mean
+/// batches 1.02 and 1.01.
 #[test]
 fn probes_batch_1_where_the_queue_never_reaches_the_target() {
     for convex in [0.03, 0.06] {
@@ -1138,8 +1180,8 @@ fn probes_batch_1_where_the_queue_never_reaches_the_target() {
             ratios.iter().copied().fold(f64::MAX, f64::min),
             mean(&batches)
         );
-        assert!(mean(&ratios) >= 0.975, "convex {convex}: {ratios:?}");
-        assert!(mean(&batches) <= 1.6, "convex {convex}: {batches:?}");
+        assert!(mean(&ratios) >= 0.995, "convex {convex}: {ratios:?}");
+        assert!(mean(&batches) <= 1.1, "convex {convex}: {batches:?}");
     }
 }
 
@@ -1152,7 +1194,9 @@ fn probes_batch_1_where_the_queue_never_reaches_the_target() {
 /// after others cost more there. Over 30 seeds with the switching rule:
 /// 0.978 of batch 1's rate on average (worst 0.973), mean batches 1.53
 /// (at most 1.60); learning from every batch: 0.975 (worst 0.965), 1.58
-/// (at most 1.84).
+/// (at most 1.84). With the sizes judged on what they surely give (module
+/// doc, "Batch choice"): 0.9980 (worst 0.9951), 1.05 (at most 1.17), where
+/// it was 0.9815 (worst 0.9766), 1.41 (at most 1.57) just before.
 #[test]
 fn a_switch_between_sizes_is_not_learnt_as_the_sizes_cost() {
     let engine = Engine::new(0.0, 5.15, 0.05)
@@ -1177,8 +1221,8 @@ fn a_switch_between_sizes_is_not_learnt_as_the_sizes_cost() {
         rates.iter().copied().fold(f64::MAX, f64::min),
         batches.iter().sum::<f64>() / 30.0
     );
-    assert!(mean >= 0.975, "{rates:?}");
-    assert!(largest <= 1.7, "{batches:?}");
+    assert!(mean >= 0.995, "{rates:?}");
+    assert!(largest <= 1.3, "{batches:?}");
 }
 
 /// Simulation of overload: constant 800/s against an engine that serves at
