@@ -571,31 +571,44 @@ fn learns_a_size_from_batches_after_the_same_size_and_probes_twice() {
     let m = p.cost_model().unwrap();
     assert_eq!(p.predicted_ns(&m, 3), 18.0 * MS as f64);
 
-    // Probes: a policy planning batches of 4 whose batch of 1 was last
-    // measured more than SIZE_STALE_NS ago runs 1 twice when a full batch
-    // is queued, and learns from the second.
-    let mut p = trained(100, 8, 1);
+    // Probes: a policy planning batches of 4 (1 + 4·n ms: batch 1 serves
+    // 0.85 of batch 4's rate) whose batch of 1 was last measured more
+    // than SIZE_STALE_NS ago runs 1 twice when a full batch is queued,
+    // and learns from the second.
+    let mut p = trained(100, 1, 4);
     let limit = p.batch_limit();
-    assert!(limit >= 4, "limit {limit}");
+    assert_eq!(limit, 4);
     let now = 2 * SIZE_STALE_NS;
     let queue: Vec<u64> = (0..limit as u64).map(|i| now - 1_000 + i).collect();
     assert_eq!(p.decide(now, &queue, true), Decision::Dispatch { batch: 1 });
     // The probe ran slow after the bigger batches: a switch, not learnt.
-    p.on_batch_done(1, 12 * MS, 12 * MS, now + 12 * MS);
-    let t = now + 12 * MS;
+    p.on_batch_done(1, 7 * MS, 7 * MS, now + 7 * MS);
+    let t = now + 7 * MS;
     let queue: Vec<u64> = (0..limit as u64).map(|i| t - 1_000 + i).collect();
     assert_eq!(p.decide(t, &queue, true), Decision::Dispatch { batch: 1 });
     let m = p.cost_model().unwrap();
-    assert_eq!(p.predicted_ns(&m, 1), 9.0 * MS as f64);
+    assert_eq!(p.predicted_ns(&m, 1), 5.0 * MS as f64);
     // The second, after a 1: below the target, it replaces the stale
     // estimate.
-    p.on_batch_done(1, 8 * MS, 8 * MS, t + 8 * MS);
+    p.on_batch_done(1, 5_500_000, 5_500_000, t + 5_500_000);
     let m = p.cost_model().unwrap();
-    assert!((p.predicted_ns(&m, 1) - 8.0 * MS as f64).abs() < 1.0);
-    // Batch 1 is fresh now; the next stale size below the plan is 2.
-    let t = t + 8 * MS;
-    let queue: Vec<u64> = (0..limit as u64).map(|i| t - 1_000 + i).collect();
+    assert!((p.predicted_ns(&m, 1) - 5.5 * MS as f64).abs() < 1.0);
+    // Batch 1 is fresh now; the next stale size below the plan is 2 (the
+    // two samples of batch 1 moved the line, and the plan with it).
+    let t = t + 5_500_000;
+    let queue: Vec<u64> = (0..p.batch_limit() as u64).map(|i| t - 1_000 + i).collect();
     assert_eq!(p.decide(t, &queue, true), Decision::Dispatch { batch: 2 });
+    // A size far below the plan's rate is not probed: under a = 8 ms,
+    // b = 1 ms batch 1 serves a third of batch 4's rate, and no drift
+    // makes it the best (module doc, "Probes").
+    let mut p = trained(100, 8, 1);
+    let limit = p.batch_limit();
+    assert!(limit >= 4, "limit {limit}");
+    let queue: Vec<u64> = (0..limit as u64).map(|i| now - 1_000 + i).collect();
+    assert_eq!(
+        p.decide(now, &queue, true),
+        Decision::Dispatch { batch: limit }
+    );
 }
 
 #[test]
@@ -986,10 +999,15 @@ fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
 /// saturated closed loop on an engine like a GPU's, a = 2 ms and b = 0.5
 /// ms (a batch of 8 serves 3.3 times batch 1's rate), as noisy as the
 /// convex one above (±10%, one batch in ten 1.3 times as long). Over ten
-/// seeds: 0.9865 of the rate of batches of 8 back to back, the best any
-/// plan can do (the worst seed 0.9652), mean batch 7.69; taking the best
-/// estimate for the best, as before, 0.9628 (worst 0.9407), 7.16. What is
-/// left is mostly the probes of the smaller sizes, twice a second each.
+/// seeds: 0.9851 of the rate of batches of 8 back to back, the best any
+/// plan can do, mean batch 7.65; taking the best estimate for the best,
+/// as before, 0.9628 (worst 0.9407), 7.16. Eight seeds are within 1.1%
+/// of the best; two (0.946, 0.947) spent most of the run at 7 and 6
+/// after their one batch of 8 ran slow: a size above the target is not
+/// measured again (module doc, "Limits"). Probing the smaller sizes too,
+/// whatever their rate (before [`PROBE_THROUGHPUT_SHARE`] applied to every
+/// probe), cost 1–2% in all seeds and got those two out: 0.9865 (worst
+/// 0.9652).
 #[test]
 fn pays_little_for_caution_where_batching_pays() {
     let engine = Engine::new(2.0, 0.5, 0.1).spiky(0.1, 1.3);
@@ -1008,7 +1026,7 @@ fn pays_little_for_caution_where_batching_pays() {
         mean(&rates),
         mean(&batches)
     );
-    assert!(mean(&rates) >= 0.98 && worst >= 0.96, "{rates:?}");
+    assert!(mean(&rates) >= 0.98 && worst >= 0.94, "{rates:?}");
 }
 
 /// The same closed loop on a steadier engine (±6%, one batch in ten 1.2
