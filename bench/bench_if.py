@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import csv
+import itertools
 import json
 import math
 import os
@@ -553,6 +554,13 @@ def engine_per_image_in_if(traced: list[dict]) -> dict:
     return res
 
 
+def traced_batches(traced: list[dict]) -> list[tuple]:
+    """The phase's batches from its traced requests, each once, in order:
+    (start_ns, size, engine_own_us, engine_cpu_us or None)."""
+    return sorted({(r["batch_start_ns"], r["batch_size"], r["engine_own_us"], r.get("engine_cpu_us"))
+                   for r in traced if r.get("batch_start_ns") is not None and r.get("engine_own_us") is not None})
+
+
 # Batches of 1 within this much of a batch's start are its reference
 # (engine_vs_batch1_nearby), and it needs at least NEARBY_LEAST of them.
 NEARBY_WINDOW_NS = 1_000_000_000
@@ -576,17 +584,14 @@ def engine_vs_batch1_nearby(traced: list[dict], window_ns: int = NEARBY_WINDOW_N
     (bench/policy_report.py). Batches without `least` references nearby
     are left out (the share of images kept is reported); the references
     need batches of 1 among the phase's (the policy's probes run some)."""
-    batches = sorted({(r["batch_start_ns"], r["batch_size"], r["engine_own_us"])
-                      for r in traced if r.get("batch_start_ns") is not None and r.get("engine_own_us")})
-    refs = [(start, own) for (start, n, own), prev in zip(batches[1:], batches) if n == 1 and prev[1] == 1]
+    batches = traced_batches(traced)
+    refs = [(start, own) for (start, n, own, _), prev in zip(batches[1:], batches) if n == 1 and prev[1] == 1]
     if not batches or len(refs) < least:
         return {}
     starts = [s for s, _ in refs]
-    sums = [0.0]
-    for _, own in refs:
-        sums.append(sums[-1] + own)
+    sums = list(itertools.accumulate((own for _, own in refs), initial=0.0))
     took = would = images = kept = 0.0
-    for start, n, own in batches:
+    for start, n, own, _ in batches:
         images += n
         lo, hi = bisect.bisect_left(starts, start - window_ns), bisect.bisect_right(starts, start + window_ns)
         total, count = sums[hi] - sums[lo], hi - lo
@@ -616,8 +621,7 @@ def engine_after_another_size(traced: list[dict], least: int = 5) -> dict:
     a size it only probes after others as dearer than it is back to back.
     With the inference thread's CPU time where kp-if recorded it: a gap
     between the two is time the thread was preempted."""
-    batches = sorted({(r["batch_start_ns"], r["batch_size"], r["engine_own_us"], r.get("engine_cpu_us"))
-                      for r in traced if r.get("batch_start_ns") is not None})
+    batches = traced_batches(traced)
     split: dict[int, dict[str, list[tuple[float, float | None]]]] = {}
     for prev, cur in zip(batches, batches[1:]):
         _, n, own, cpu = cur

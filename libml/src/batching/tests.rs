@@ -935,6 +935,19 @@ fn saturated_closed_loop(
     (goodput, mean_batch, sim)
 }
 
+/// [`saturated_closed_loop`] as it is, for seeds 1 to `seeds`, none of
+/// them shedding: each seed's goodput over `reference` (requests/s) and
+/// its mean batch.
+fn saturated_over_seeds(engine: Engine, seeds: u64, reference: f64) -> (Vec<f64>, Vec<f64>) {
+    (1..=seeds)
+        .map(|seed| {
+            let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, |_| {});
+            assert_eq!(sim.shed, 0, "seed {seed}");
+            (goodput / reference, mean_batch)
+        })
+        .unzip()
+}
+
 /// Runs `sim` until `settled_ns`, then measures until `end_ns`: the
 /// goodput (requests/s) and the mean batch of that stretch.
 fn settle_then_measure(sim: &mut Sim, settled_ns: u64, end_ns: u64) -> (f64, f64) {
@@ -972,14 +985,7 @@ fn settle_then_measure(sim: &mut Sim, settled_ns: u64, end_ns: u64) -> (f64, f64
 #[test]
 fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
     let engine = Engine::new(0.0, 5.1, 0.1).convex(0.009).spiky(0.1, 1.3);
-    let batch_1 = 1e9 / engine.mean_ns(1);
-    let (mut rates, mut batches) = (Vec::new(), Vec::new());
-    for seed in 1..=30 {
-        let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, |_| {});
-        assert_eq!(sim.shed, 0);
-        rates.push(goodput / batch_1);
-        batches.push(mean_batch);
-    }
+    let (rates, batches) = saturated_over_seeds(engine, 30, 1e9 / engine.mean_ns(1));
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let worst_rate = rates.iter().copied().fold(f64::MAX, f64::min);
     let largest_batch = batches.iter().copied().fold(0.0, f64::max);
@@ -1011,14 +1017,7 @@ fn stays_near_batch_1_in_saturation_on_a_noisy_convex_engine() {
 #[test]
 fn pays_little_for_caution_where_batching_pays() {
     let engine = Engine::new(2.0, 0.5, 0.1).spiky(0.1, 1.3);
-    let batch_8 = 8e9 / engine.mean_ns(8);
-    let (mut rates, mut batches) = (Vec::new(), Vec::new());
-    for seed in 1..=10 {
-        let (goodput, mean_batch, sim) = saturated_closed_loop(engine, seed, |_| {});
-        assert_eq!(sim.shed, 0);
-        rates.push(goodput / batch_8);
-        batches.push(mean_batch);
-    }
+    let (rates, batches) = saturated_over_seeds(engine, 10, 8e9 / engine.mean_ns(8));
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
     let worst = rates.iter().copied().fold(f64::MAX, f64::min);
     eprintln!(
